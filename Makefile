@@ -1,0 +1,35 @@
+# One command sets up and runs the main job (make demo); one sets up and runs the tests (make test).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup demo test lint bench-perf clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first and pinned: the CPU build, never the CUDA one.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[local,dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/cuemem demo
+
+test: setup
+	$(VENV)/bin/ruff check cuemem tests benchmarks
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check cuemem tests benchmarks
+
+bench-perf: setup
+	$(PY) benchmarks/perf.py --turns 5000 --sizes 10000,100000 --out bench-out/perf.json
+
+clean:
+	rm -rf $(VENV) bench-out .pytest_cache .ruff_cache

@@ -1,0 +1,87 @@
+"""Settings from arguments, the environment (CUEMEM_*) and a TOML file, in that order of precedence."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from .errors import CuememError
+
+
+def default_db_path() -> Path:
+    """The embedded store lives in the user's data directory unless told otherwise."""
+    return Path(platformdirs.user_data_dir("cuemem")) / "cuemem.db"
+
+
+def default_config_file() -> Path | None:
+    """`$CUEMEM_CONFIG`, else `./cuemem.toml`, else the user config directory's `cuemem/config.toml`."""
+    env = os.environ.get("CUEMEM_CONFIG")
+    if env:
+        return Path(env)
+    for candidate in (Path("cuemem.toml"), Path(platformdirs.user_config_dir("cuemem")) / "config.toml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@dataclass
+class Settings:
+    """Every option in one place; each field maps to `CUEMEM_<FIELD>` and to a key of the TOML file."""
+
+    db: Path = field(default_factory=default_db_path)
+    engine: str = "hybrid"
+    embedder: str = "minilm"  # "minilm" (shipped, offline) or "openai" (any OpenAI-compatible endpoint)
+    embed_model: str = "text-embedding-3-small"  # used by the "openai" embedder
+    embed_base_url: str = "https://api.openai.com/v1"
+    embed_api_key: str | None = None
+    embed_batch_size: int = 64
+    embed_timeout: float = 30.0
+    max_turn_bytes: int = 256 * 1024
+    turn_template: str = "{date}{speaker}: {text}"
+    rrf_k: int = 60
+    k: int = 10
+
+    @classmethod
+    def load(cls, config_file: Path | str | None = None, **overrides: Any) -> Settings:
+        """Defaults, then the TOML file, then CUEMEM_* variables, then explicit keyword arguments."""
+        values: dict[str, Any] = {}
+        path = Path(config_file) if config_file else default_config_file()
+        if path is not None:
+            if not path.is_file():
+                raise CuememError(f"config file {path} does not exist")
+            try:
+                data = tomllib.loads(path.read_text(encoding="utf-8"))
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+                raise CuememError(f"config file {path} is not valid TOML: {exc}") from exc
+            values.update(data.get("cuemem", data))
+        for f in fields(cls):
+            env = os.environ.get(f"CUEMEM_{f.name.upper()}")
+            if env is not None:
+                values[f.name] = env
+        if values.get("embed_api_key") is None and os.environ.get("OPENAI_API_KEY"):
+            values["embed_api_key"] = os.environ["OPENAI_API_KEY"]
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise CuememError(f"unknown setting(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**{k: _coerce(known[k].type, k, v) for k, v in values.items()})
+
+
+def _coerce(annotation: Any, name: str, value: Any) -> Any:
+    kind = str(annotation)
+    try:
+        if kind.startswith("int"):
+            return int(value)
+        if kind.startswith("float"):
+            return float(value)
+        if kind.startswith("Path"):
+            return Path(value).expanduser()
+    except (TypeError, ValueError) as exc:
+        raise CuememError(f"setting {name}={value!r} is not a valid {kind}") from exc
+    return value

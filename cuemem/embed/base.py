@@ -1,0 +1,24 @@
+"""The embedder protocol: texts in, unit-normalised float32 vectors out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """`name` tags stored vectors (so a model change never mixes spaces); `dim` is the vector size."""
+
+    name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def normalize(matrix: np.ndarray) -> np.ndarray:
+    matrix = np.asarray(matrix, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.maximum(norms, 1e-12)

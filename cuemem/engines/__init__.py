@@ -1,0 +1,33 @@
+"""Engine registry: built-in engines by name, plus any registered under the `cuemem.engines` entry point."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib.metadata import entry_points
+
+from ..errors import UnknownEngineError
+from .base import Engine, EngineContext
+from .baselines import BM25Engine, DenseEngine, FullContext, HybridEngine
+
+__all__ = ["Engine", "EngineContext", "available_engines", "get_engine"]
+
+BUILTIN: dict[str, Callable[[], Engine]] = {
+    "fullcontext": FullContext,
+    "bm25": BM25Engine,
+    "dense": DenseEngine,
+    "hybrid": HybridEngine,
+}
+
+
+def available_engines() -> dict[str, Callable[[], Engine]]:
+    engines = dict(BUILTIN)
+    for ep in entry_points(group="cuemem.engines"):
+        engines.setdefault(ep.name, ep.load())
+    return engines
+
+
+def get_engine(name: str) -> Engine:
+    engines = available_engines()
+    if name not in engines:
+        raise UnknownEngineError(f"unknown engine {name!r}; available: {', '.join(sorted(engines))}")
+    return engines[name]()

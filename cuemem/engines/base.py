@@ -1,0 +1,58 @@
+"""The engine interface: strategies that read and write through the store (DESIGN.md promise 6)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from ..config import Settings
+from ..embed.base import Embedder
+from ..index.tokens import TokenCounter
+from ..store.sqlite import SQLiteStore
+from ..types import Hit, Namespace, Turn
+
+
+@dataclass
+class EngineContext:
+    """Everything an engine may use for one namespace; engines keep no other state."""
+
+    store: SQLiteStore
+    ns: int
+    namespace: Namespace
+    settings: Settings
+    tokens: TokenCounter
+    embedder_factory: Callable[[], Embedder]
+    progress: Callable[[int], None] | None = None
+    _embedder: Embedder | None = field(default=None, repr=False)
+
+    @property
+    def embedder(self) -> Embedder:
+        """Created on first use, so engines that need no vectors never load a model."""
+        if self._embedder is None:
+            self._embedder = self.embedder_factory()
+        return self._embedder
+
+    def hits_from_items(self, scored: Sequence[tuple[int, float]], engine: str) -> list[Hit]:
+        """Turn (item id, score) pairs into hits carrying their source turn ids and token counts."""
+        items = self.store.get_items(self.ns, [i for i, _ in scored])
+        present = [(items[i], s) for i, s in scored if i in items]
+        counts = self.tokens.count_many([item.text for item, _ in present])
+        return [
+            Hit(text=item.text, score=score, turn_ids=item.turn_ids, tokens=n, engine=engine, detail=item.meta)
+            for (item, score), n in zip(present, counts, strict=True)
+        ]
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """`ingest` must be idempotent (re-ingesting a turn changes nothing): the store may replay turns after a
+    crash or a partial delete. `retrieve` returns hits best first; Memory packs them into the budget."""
+
+    name: str
+
+    def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None: ...
+
+    def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]: ...
+
+

@@ -1,0 +1,143 @@
+"""Baselines (DESIGN.md, "Baselines"): full context, BM25, dense, and their reciprocal-rank fusion.
+
+All four index the same documents: one item per turn in the space "turn", rendered as
+"[session date] speaker: text" (plus an image caption when the turn carries one), since many questions ask "when".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..index.dense import embed_texts_cached
+from ..index.fusion import reciprocal_rank_fusion
+from ..index.live import bm25_index, dense_index
+from ..types import Hit, Turn
+from .base import EngineContext
+
+TURN_SPACE = "turn"
+
+
+def turn_document(turn: Turn, template: str = "{date}{speaker}: {text}") -> str:
+    """The text a baseline indexes for a turn: its date, speaker, words and any image caption."""
+    text = turn.text
+    caption = turn.metadata.get("blip_caption") or turn.metadata.get("image_caption")
+    if caption:
+        text = f"{text} [image: {caption}]"
+    date = f"[{turn.timestamp}] " if turn.timestamp else ""
+    return template.format(date=date, speaker=turn.speaker, text=text, session=turn.session_id)
+
+
+def index_turns(ctx: EngineContext, turns: Sequence[Turn]) -> None:
+    """Write one item per turn into the shared "turn" space (existing items are kept)."""
+    ctx.store.put_items(
+        ctx.ns,
+        TURN_SPACE,
+        [
+            (
+                t.id,
+                turn_document(t, ctx.settings.turn_template),
+                {"session_id": t.session_id, "speaker": t.speaker, "timestamp": t.timestamp},
+                [t.seq] if t.seq is not None else [],
+            )
+            for t in turns
+        ],
+    )
+
+
+def embed_missing(ctx: EngineContext, space: str) -> None:
+    """Embed every item of `space` that has no vector from the current embedder, using the text-hash cache."""
+    embedder = ctx.embedder
+    todo = ctx.store.items_without_vectors(ctx.ns, space, embedder.name)
+    if not todo:
+        return
+    hashes, vectors = embed_texts_cached(
+        embedder,
+        [text for _, text in todo],
+        lambda hs: ctx.store.cached_embeddings(ctx.ns, embedder.name, hs),
+        batch_size=ctx.settings.embed_batch_size,
+    )
+    ctx.store.put_vectors(
+        ctx.ns, space, embedder.name, [(item_id, h, v) for (item_id, _), h, v in zip(todo, hashes, vectors, strict=True)]
+    )
+
+
+class FullContext:
+    """Everything that fits: the most recent turns that fill the budget, returned in log order."""
+
+    name = "fullcontext"
+    default_budget = 4096
+
+    def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
+        index_turns(ctx, turns)
+
+    def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
+        budget = budget_tokens if budget_tokens is not None else self.default_budget
+        rows = ctx.store.items_in_order(ctx.ns, TURN_SPACE)
+        chosen: list[tuple[int, float]] = []
+        used = 0
+        counts = ctx.tokens.count_many([text for _, text in rows])
+        for (item_id, _), n in zip(reversed(rows), reversed(counts), strict=True):
+            if used + n > budget:
+                break
+            used += n
+            chosen.append((item_id, 0.0))
+        chosen.reverse()
+        total = len(chosen)
+        return ctx.hits_from_items([(i, (r + 1) / total) for r, (i, _) in enumerate(chosen)], self.name)
+
+
+class BM25Engine:
+    """Lexical retrieval: BM25 over the turn documents."""
+
+    name = "bm25"
+
+    def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
+        index_turns(ctx, turns)
+
+    def ranked(self, ctx: EngineContext, query: str, depth: int) -> list[tuple[int, float]]:
+        return bm25_index(ctx.store, ctx.ns, TURN_SPACE).search(query, depth)
+
+    def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
+        return ctx.hits_from_items(self.ranked(ctx, query, k), self.name)
+
+
+class DenseEngine:
+    """Semantic retrieval: cosine similarity of sentence embeddings of the turn documents."""
+
+    name = "dense"
+
+    def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
+        index_turns(ctx, turns)
+        embed_missing(ctx, TURN_SPACE)
+
+    def ranked(self, ctx: EngineContext, query: str, depth: int) -> list[tuple[int, float]]:
+        embed_missing(ctx, TURN_SPACE)  # items written by another engine get their vectors now
+        index = dense_index(ctx.store, ctx.ns, TURN_SPACE, ctx.embedder.name)
+        query_vector = ctx.embedder.embed([query])[0]
+        return index.search(np.asarray(query_vector), depth)
+
+    def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
+        return ctx.hits_from_items(self.ranked(ctx, query, k), self.name)
+
+
+class HybridEngine:
+    """BM25 and dense rankings fused by reciprocal rank (k = settings.rrf_k, 60 by default)."""
+
+    name = "hybrid"
+    depth = 100  # how deep each ranking is read before fusion
+
+    def __init__(self) -> None:
+        self.bm25 = BM25Engine()
+        self.dense = DenseEngine()
+
+    def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
+        self.dense.ingest(ctx, turns)
+
+    def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
+        depth = max(self.depth, k)
+        lexical = [i for i, _ in self.bm25.ranked(ctx, query, depth)]
+        semantic = [i for i, _ in self.dense.ranked(ctx, query, depth)]
+        fused = reciprocal_rank_fusion([lexical, semantic], k=ctx.settings.rrf_k)[:k]
+        return ctx.hits_from_items([(int(i), s) for i, s in fused], self.name)

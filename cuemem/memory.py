@@ -1,0 +1,467 @@
+"""Memory: add / search / get / delete / export / import / history / reindex — the public face of cuemem.
+
+The raw turn log is committed first (that is the acknowledgement); engines then catch up from a per-engine
+watermark, so a crash between the two only delays indexing, and every derived index can be rebuilt from the
+log (DESIGN.md promise 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from .config import Settings
+from .embed import make_embedder
+from .embed.base import Embedder
+from .engines import Engine, EngineContext, get_engine
+from .errors import ImportFormatError, InvalidTurnError, TurnNotFoundError
+from .index.budget import pack
+from .index.tokens import TokenCounter, default_counter
+from .store.sqlite import SQLiteStore
+from .types import Namespace, Retrieval, Turn
+
+Message = str | bytes | Mapping[str, Any] | Turn
+INGEST_BATCH = 256  # turns per engine ingest call: bounds memory and gives progress bars a pulse
+
+
+@dataclass
+class AddResult:
+    """What an add did: ids stored, ids already present (no-op), and inputs rejected with the reason."""
+
+    added: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    rejected: list[tuple[int, str]] = field(default_factory=list)
+
+
+class Memory:
+    """Long-term memory over one store. `engine` picks the retrieval strategy (default: settings.engine)."""
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        engine: str | None = None,
+        embedder: Embedder | None = None,
+        settings: Settings | None = None,
+        **overrides: Any,
+    ) -> None:
+        self.settings = settings or Settings.load(db=path, engine=engine, **overrides)
+        if settings is not None:
+            if path is not None:
+                self.settings.db = Path(path)
+            if engine is not None:
+                self.settings.engine = engine
+        self.store = SQLiteStore(self.settings.db)
+        self.engine: Engine = get_engine(self.settings.engine)
+        self._engines: dict[str, Engine] = {self.engine.name: self.engine}
+        self._embedder = embedder
+        self.tokens: TokenCounter = default_counter()
+
+    # ------------------------------------------------------------------ plumbing
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = make_embedder(self.settings)
+        return self._embedder
+
+    def _engine(self, name: str | None) -> Engine:
+        if name is None:
+            return self.engine
+        if name not in self._engines:
+            self._engines[name] = get_engine(name)
+        return self._engines[name]
+
+    def _context(self, ns: int, namespace: Namespace, progress: Callable[[int], None] | None = None) -> EngineContext:
+        return EngineContext(
+            store=self.store,
+            ns=ns,
+            namespace=namespace,
+            settings=self.settings,
+            tokens=self.tokens,
+            embedder_factory=lambda: self.embedder,
+            progress=progress,
+        )
+
+    def _sync(self, engine: Engine, ns: int, namespace: Namespace, progress: Callable[[int], None] | None = None) -> int:
+        """Feed the engine every logged turn past its watermark; returns how many turns it ingested."""
+        ctx = self._context(ns, namespace, progress)
+        done = 0
+        batch: list[Turn] = []
+        for turn in self.store.iter_turns(ns, after_seq=self.store.watermark(ns, engine.name)):
+            batch.append(turn)
+            if len(batch) == INGEST_BATCH:
+                done += self._ingest(engine, ctx, batch)
+                batch = []
+        if batch:
+            done += self._ingest(engine, ctx, batch)
+        return done
+
+    def _ingest(self, engine: Engine, ctx: EngineContext, batch: list[Turn]) -> int:
+        engine.ingest(ctx, batch)
+        self.store.set_watermark(ctx.ns, engine.name, max(t.seq or 0 for t in batch))
+        if ctx.progress:
+            ctx.progress(len(batch))
+        return len(batch)
+
+    @staticmethod
+    def namespace(user_id: str, agent_id: str | None = None, run_id: str | None = None) -> Namespace:
+        return Namespace(user_id, agent_id, run_id)
+
+    # ------------------------------------------------------------------ writing
+    def add(
+        self,
+        messages: Message | Iterable[Message],
+        *,
+        user_id: str,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        session_id: str | None = None,
+        timestamp: str | None = None,
+        on_error: str = "raise",
+        progress: Callable[[int], None] | None = None,
+    ) -> AddResult:
+        """Store turns in the namespace and index them with the engine.
+
+        `messages` is a string, a dict ({"role"|"speaker", "content"|"text", "id"?, "timestamp"?, "metadata"?,
+        "session_id"?}), a Turn, or a list of these. A message without an id gets a deterministic one from its
+        session, speaker, text, timestamp and repeat count, so retrying the same add is a no-op. With
+        on_error="raise" (default) any invalid message raises InvalidTurnError and nothing is written; with
+        "skip" the valid ones are stored and the rest reported in `AddResult.rejected`.
+        """
+        if on_error not in ("raise", "skip"):
+            raise ValueError("on_error must be 'raise' or 'skip'")
+        namespace = Namespace(user_id, agent_id, run_id)
+        if isinstance(messages, str | bytes | Mapping | Turn):
+            messages = [messages]
+        turns, rejected = self._validate(list(messages), namespace, session_id, timestamp)
+        if rejected and on_error == "raise":
+            detail = "; ".join(f"message {i}: {why}" for i, why in rejected[:5])
+            more = f" (and {len(rejected) - 5} more)" if len(rejected) > 5 else ""
+            raise InvalidTurnError(f"nothing was added: {detail}{more}")
+        result = AddResult(rejected=rejected)
+        if not turns:
+            return result
+        ns = self.store.namespace_id(namespace, create=True)
+        appended = self.store.append_turns(ns, turns)
+        result.added = [t.id for t in appended.added]
+        result.skipped = appended.skipped
+        self._sync(self.engine, ns, namespace, progress)
+        return result
+
+    def _validate(
+        self, messages: list[Message], namespace: Namespace, session_id: str | None, timestamp: str | None
+    ) -> tuple[list[Turn], list[tuple[int, str]]]:
+        turns: list[Turn] = []
+        rejected: list[tuple[int, str]] = []
+        seen: Counter[str] = Counter()
+        for index, message in enumerate(messages):
+            try:
+                turn = self._to_turn(message, namespace, session_id, timestamp, seen)
+            except InvalidTurnError as exc:
+                rejected.append((index, str(exc)))
+            else:
+                turns.append(turn)
+        return turns, rejected
+
+    def _to_turn(
+        self,
+        message: Message,
+        namespace: Namespace,
+        session_id: str | None,
+        timestamp: str | None,
+        seen: Counter[str],
+    ) -> Turn:
+        if isinstance(message, Turn):
+            data: dict[str, Any] = {
+                "id": message.id,
+                "text": message.text,
+                "speaker": message.speaker,
+                "session_id": message.session_id,
+                "timestamp": message.timestamp,
+                "metadata": message.metadata,
+            }
+        elif isinstance(message, str | bytes):
+            data = {"text": message}
+        elif isinstance(message, Mapping):
+            data = dict(message)
+        else:
+            raise InvalidTurnError(f"a message must be a string, a dict or a Turn, not {type(message).__name__}")
+        text = data.get("text", data.get("content"))
+        text = _clean_text(text, self.settings.max_turn_bytes)
+        speaker = _clean_field(data.get("speaker", data.get("role", "user")), "speaker")
+        session = _clean_field(data.get("session_id") or session_id or "default", "session_id")
+        stamp = data.get("timestamp") or timestamp
+        if stamp is not None:
+            stamp = _clean_field(stamp, "timestamp")
+        metadata = data.get("metadata") or {}
+        if not isinstance(metadata, Mapping):
+            raise InvalidTurnError("metadata must be a JSON object")
+        try:
+            json.dumps(metadata, ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError, UnicodeEncodeError) as exc:
+            raise InvalidTurnError(f"metadata is not JSON-serialisable UTF-8: {exc}") from exc
+        turn_id = data.get("id")
+        if turn_id is None:
+            basis = json.dumps([session, speaker, text, stamp], ensure_ascii=False)
+            seen[basis] += 1
+            basis += f"#{seen[basis]}"
+            turn_id = "t-" + hashlib.sha1(basis.encode("utf-8")).hexdigest()[:16]
+        else:
+            turn_id = _clean_field(turn_id, "id")
+        return Turn(
+            id=turn_id,
+            text=text,
+            speaker=speaker,
+            session_id=session,
+            timestamp=stamp,
+            metadata=dict(metadata),
+            namespace=namespace,
+        )
+
+    # ------------------------------------------------------------------ reading
+    def search(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        k: int | None = None,
+        budget_tokens: int | None = None,
+        engine: str | None = None,
+    ) -> Retrieval:
+        """The k best hits for the query in this namespace, packed into `budget_tokens` when given."""
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
+        k = self.settings.k if k is None else k
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        namespace = Namespace(user_id, agent_id, run_id)
+        ns = self.store.namespace_id(namespace)
+        chosen = self._engine(engine)
+        self._sync(chosen, ns, namespace)
+        start = time.perf_counter()
+        hits = chosen.retrieve(self._context(ns, namespace), query, k, budget_tokens)
+        hits = pack(hits, budget_tokens)
+        return Retrieval(
+            query=query,
+            hits=hits,
+            engine=chosen.name,
+            namespace=namespace,
+            seconds=time.perf_counter() - start,
+            budget_tokens=budget_tokens,
+        )
+
+    def get(self, turn_id: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> Turn:
+        ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))
+        return self.store.get_turn(ns, turn_id)
+
+    def turns(
+        self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None, session_id: str | None = None
+    ) -> list[Turn]:
+        ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))
+        return list(self.store.iter_turns(ns, session_id=session_id))
+
+    def namespaces(self) -> list[tuple[Namespace, int]]:
+        return self.store.namespaces()
+
+    def history(
+        self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))
+        return self.store.history(ns, limit)
+
+    # ------------------------------------------------------------------ deleting and rebuilding
+    def delete(self, turn_id: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> None:
+        """Delete one turn and everything derived from it."""
+        ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))
+        if self.store.delete_turns(ns, [turn_id]) == 0:
+            raise TurnNotFoundError(f"no turn {turn_id!r} for user {user_id!r}")
+
+    def delete_session(
+        self, session_id: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None
+    ) -> int:
+        ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))
+        return self.store.delete_turns(ns, session_id=session_id)
+
+    def delete_all(self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> int:
+        """Delete a whole namespace: its log, every derived index and its history."""
+        ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))
+        return self.store.delete_namespace(ns)
+
+    def reindex(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Drop derived indexes and rebuild them from the raw log (one namespace, or all when no user_id)."""
+        if user_id is not None:
+            targets = [Namespace(user_id, agent_id, run_id)]
+        else:
+            targets = [namespace for namespace, _ in self.store.namespaces()]
+        total = 0
+        for namespace in targets:
+            ns = self.store.namespace_id(namespace)
+            self.store.clear_derived(ns)
+            total += self._sync(self.engine, ns, namespace, progress)
+        return total
+
+    # ------------------------------------------------------------------ export / import
+    def export(
+        self,
+        out: IO[str],
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+    ) -> int:
+        """Write the raw log (one namespace, or all) as JSONL, one turn a line; derived indexes are rebuilt."""
+        if user_id is not None:
+            targets = [Namespace(user_id, agent_id, run_id)]
+        else:
+            targets = [namespace for namespace, _ in self.store.namespaces()]
+        count = 0
+        for namespace in targets:
+            ns = self.store.namespace_id(namespace)
+            for turn in self.store.iter_turns(ns):
+                data = turn.as_dict()
+                data.pop("seq")
+                out.write(json.dumps(data, ensure_ascii=False) + "\n")
+                count += 1
+        return count
+
+    def import_(
+        self,
+        lines: Iterable[str | bytes],
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> ImportReport:
+        """Add turns from JSONL lines (the export format); a bad line is reported and every good one kept.
+
+        A line's own "namespace" wins; otherwise the namespace given here is used.
+        """
+        report = ImportReport()
+        groups: dict[Namespace, list[tuple[int, dict[str, Any]]]] = {}
+        default = Namespace(user_id, agent_id, run_id) if user_id else None
+        for lineno, data in iter_jsonl(lines, report):
+            try:
+                namespace = _namespace_of_line(data, default)
+            except (ImportFormatError, ValueError) as exc:
+                report.errors.append((lineno, str(exc)))
+                continue
+            groups.setdefault(namespace, []).append((lineno, data))
+        for namespace, rows in groups.items():
+            for start in range(0, len(rows), INGEST_BATCH):
+                chunk = rows[start : start + INGEST_BATCH]
+                result = self.add(
+                    [data for _, data in chunk],
+                    user_id=namespace.user_id,
+                    agent_id=namespace.agent_id,
+                    run_id=namespace.run_id,
+                    on_error="skip",
+                )
+                report.added += len(result.added)
+                report.skipped += len(result.skipped)
+                report.errors += [(chunk[i][0], why) for i, why in result.rejected]
+                if progress:
+                    progress(len(chunk))
+        report.errors.sort()
+        return report
+
+
+@dataclass
+class ImportReport:
+    added: int = 0
+    skipped: int = 0
+    errors: list[tuple[int, str]] = field(default_factory=list)
+
+
+def iter_jsonl(lines: Iterable[str | bytes], report: ImportReport) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each good line; malformed lines go to `report.errors` with their number."""
+    for lineno, raw in enumerate(lines, start=1):
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                report.errors.append((lineno, f"not valid UTF-8 (byte {exc.start})"))
+                continue
+        if not raw.strip():
+            continue
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            report.errors.append((lineno, f"malformed JSON: {exc.msg} at column {exc.colno}"))
+            continue
+        if not isinstance(data, dict):
+            report.errors.append((lineno, f"expected a JSON object, got {type(data).__name__}"))
+            continue
+        yield lineno, data
+
+
+def _namespace_of_line(data: dict[str, Any], default: Namespace | None) -> Namespace:
+    raw = data.pop("namespace", None)
+    if raw is None:
+        if default is None:
+            raise ImportFormatError("line has no namespace and no --user-id was given")
+        return default
+    if not isinstance(raw, Mapping) or "user_id" not in raw:
+        raise ImportFormatError("namespace must be an object with a user_id")
+    return Namespace(raw["user_id"], raw.get("agent_id"), raw.get("run_id"))
+
+
+def _clean_text(text: Any, max_bytes: int) -> str:
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidTurnError(f"text is not valid UTF-8 (byte {exc.start})") from exc
+    if not isinstance(text, str):
+        raise InvalidTurnError(f"text must be a string, got {type(text).__name__}")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidTurnError(f"text is not valid UTF-8 (unpaired surrogate at {exc.start})") from exc
+    if not text.strip():
+        raise InvalidTurnError("text is empty")
+    if size > max_bytes:
+        raise InvalidTurnError(
+            f"text is {size:,} bytes, over the {max_bytes:,}-byte limit per turn (CUEMEM_MAX_TURN_BYTES);"
+            " split it into several turns"
+        )
+    return text
+
+
+def _clean_field(value: Any, name: str) -> str:
+    if not isinstance(value, str | int) or isinstance(value, bool):
+        raise InvalidTurnError(f"{name} must be a string, got {type(value).__name__}")
+    value = str(value)
+    if not value.strip():
+        raise InvalidTurnError(f"{name} is empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidTurnError(f"{name} is not valid UTF-8") from exc
+    if len(value) > 1000:
+        raise InvalidTurnError(f"{name} is longer than 1,000 characters")
+    return value

@@ -1,0 +1,115 @@
+"""Core value types: Turn, Namespace, Hit, Retrieval, Answer (DESIGN.md, "Data flow")."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, order=True)
+class Namespace:
+    """A hard partition of memory: one user, optionally one agent and one run (DESIGN.md promise 2)."""
+
+    user_id: str
+    agent_id: str | None = None
+    run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("user_id", "agent_id", "run_id"):
+            value = getattr(self, name)
+            if value is None and name != "user_id":
+                continue
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"namespace {name} must be a non-empty string, got {value!r}")
+
+    def __str__(self) -> str:
+        parts = [f"user={self.user_id}"]
+        if self.agent_id:
+            parts.append(f"agent={self.agent_id}")
+        if self.run_id:
+            parts.append(f"run={self.run_id}")
+        return ",".join(parts)
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"user_id": self.user_id, "agent_id": self.agent_id, "run_id": self.run_id}
+
+
+@dataclass
+class Turn:
+    """One raw utterance of a conversation, as it was added; the unit of the durable log (promise 1)."""
+
+    id: str
+    text: str
+    speaker: str = "user"
+    session_id: str = "default"
+    timestamp: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    namespace: Namespace | None = None
+    seq: int | None = None  # position in the store's log, assigned on insert
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["namespace"] = self.namespace.as_dict() if self.namespace else None
+        return data
+
+
+@dataclass
+class Hit:
+    """One retrieved piece of history with its provenance: the ids of the turns it came from (promise 3)."""
+
+    text: str
+    score: float
+    turn_ids: list[str]
+    tokens: int = 0
+    engine: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Retrieval:
+    """What a search returns: ranked hits (packed into the token budget when one is given) and timings."""
+
+    query: str
+    hits: list[Hit]
+    engine: str
+    namespace: Namespace
+    seconds: float = 0.0
+    budget_tokens: int | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def turn_ids(self) -> list[str]:
+        """Every cited turn id, in rank order, without repeats."""
+        seen: dict[str, None] = {}
+        for hit in self.hits:
+            for tid in hit.turn_ids:
+                seen.setdefault(tid, None)
+        return list(seen)
+
+    @property
+    def tokens(self) -> int:
+        return sum(h.tokens for h in self.hits)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "engine": self.engine,
+            "namespace": self.namespace.as_dict(),
+            "seconds": self.seconds,
+            "budget_tokens": self.budget_tokens,
+            "tokens": self.tokens,
+            "hits": [h.as_dict() for h in self.hits],
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class Answer:
+    """A short answer and the turn ids it rests on."""
+
+    text: str
+    cited_turn_ids: list[str]
+    retrieval: Retrieval | None = None
