@@ -1,0 +1,362 @@
+"""The `cuemem` command: a thin layer over Memory (add, ingest, search, get, delete, export, import, reindex ...)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .config import Settings
+from .errors import CuememError
+from .formats import locomo_turns, read_locomo
+from .memory import INGEST_BATCH, Memory
+from .types import Retrieval
+
+app = typer.Typer(help="cuemem: long-term memory for LLM agents.", no_args_is_help=True, add_completion=False)
+console = Console() if sys.stdout.isatty() else Console(width=120)
+err = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+UserOpt = Annotated[str, typer.Option("--user-id", "-u", help="Namespace: the user.")]
+AgentOpt = Annotated[str | None, typer.Option("--agent-id", help="Namespace: the agent (optional).")]
+RunOpt = Annotated[str | None, typer.Option("--run-id", help="Namespace: the run (optional).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+class State:
+    db: Path | None = None
+    engine: str | None = None
+    embedder: str | None = None
+    config: Path | None = None
+
+
+state = State()
+
+
+@app.callback()
+def main(
+    db: Annotated[Path | None, typer.Option(help="Store file (default: $CUEMEM_DB or the user data dir).")] = None,
+    engine: Annotated[str | None, typer.Option(help="Engine: fullcontext, bm25, dense, hybrid (default).")] = None,
+    embedder: Annotated[str | None, typer.Option(help="Embedder: minilm (default), openai, hashing.")] = None,
+    config: Annotated[Path | None, typer.Option(help="TOML settings file.")] = None,
+) -> None:
+    state.db, state.engine, state.embedder, state.config = db, engine, embedder, config
+
+
+def _memory(**overrides: Any) -> Memory:
+    settings = Settings.load(
+        state.config, db=overrides.pop("db", state.db), engine=state.engine, embedder=state.embedder, **overrides
+    )
+    return Memory(settings=settings)
+
+
+def handles_errors(fn: F) -> F:
+    """Report cuemem's own errors as one clear line and exit 1, instead of a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (CuememError, ValueError, KeyError, OSError) as exc:
+            msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+            err.print(f"[red]Error:[/red] {msg}", highlight=False)
+            raise typer.Exit(1) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+@contextmanager
+def progress_bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr (shown only when stderr is a terminal); yields an `advance(n)` callback."""
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+        disable=not err.is_terminal,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def _print_retrieval(result: Retrieval, evidence: set[str] | None = None) -> None:
+    table = Table(expand=True, box=None, header_style="bold", pad_edge=False)
+    table.add_column("#", justify="right", width=3)
+    table.add_column("turn", no_wrap=True)
+    table.add_column("session", no_wrap=True)
+    table.add_column("score", justify="right")
+    table.add_column("\\[date] speaker: text", ratio=1)
+    for rank, hit in enumerate(result.hits, start=1):
+        mark = " ✓" if evidence and set(hit.turn_ids) & evidence else ""
+        table.add_row(
+            str(rank),
+            ",".join(hit.turn_ids) + mark,
+            str(hit.detail.get("session_id", "")),
+            f"{hit.score:.3f}",
+            hit.text,
+        )
+    console.print(table)
+
+
+@app.command()
+@handles_errors
+def add(
+    text: Annotated[str, typer.Argument(help="The turn's text ('-' reads standard input).")],
+    user_id: UserOpt,
+    agent_id: AgentOpt = None,
+    run_id: RunOpt = None,
+    session_id: Annotated[str, typer.Option(help="Session the turn belongs to.")] = "default",
+    speaker: Annotated[str, typer.Option(help="Who said it.")] = "user",
+    timestamp: Annotated[str | None, typer.Option(help="When it was said (free text or ISO).")] = None,
+    turn_id: Annotated[str | None, typer.Option("--id", help="Turn id (default: derived from content).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add one turn."""
+    if text == "-":
+        text = sys.stdin.buffer.read().decode("utf-8")
+    message: dict[str, Any] = {"text": text, "speaker": speaker, "timestamp": timestamp}
+    if turn_id:
+        message["id"] = turn_id
+    with _memory() as memory:
+        result = memory.add(message, user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=session_id)
+    if as_json:
+        console.print_json(data={"added": result.added, "skipped": result.skipped})
+    elif result.added:
+        console.print(f"added {result.added[0]}")
+    else:
+        console.print(f"already stored: {result.skipped[0]}")
+
+
+@app.command()
+@handles_errors
+def ingest(
+    path: Annotated[Path, typer.Argument(help="A JSONL file (one turn per line) or a LoCoMo-format JSON file.")],
+    user_id: Annotated[str | None, typer.Option("--user-id", "-u", help="Namespace (LoCoMo: default sample id).")] = None,
+    agent_id: AgentOpt = None,
+    run_id: RunOpt = None,
+    file_format: Annotated[str, typer.Option("--format", help="auto, jsonl or locomo.")] = "auto",
+    sample: Annotated[list[str] | None, typer.Option(help="LoCoMo: only these sample ids.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Ingest a conversation file; bad lines are reported with their numbers and every good line is kept."""
+    if file_format == "auto":
+        with path.open("rb") as fh:
+            head = fh.read(4096).lstrip()
+        file_format = "locomo" if head[:1] in (b"[", b"{") and b'"conversation"' in head else "jsonl"
+    summary: dict[str, Any] = {"added": 0, "skipped": 0, "errors": []}
+    with _memory() as memory:
+        if file_format == "locomo":
+            samples = [s for s in read_locomo(path) if not sample or s.get("sample_id") in sample]
+            for s in samples:
+                turns = locomo_turns(s)
+                sid = str(s.get("sample_id", "sample"))
+                user = user_id or sid
+                run = run_id or (sid if user_id and len(samples) > 1 else None)
+                with progress_bar(f"ingest {sid}", len(turns)) as advance:
+                    for start in range(0, len(turns), INGEST_BATCH):
+                        chunk = turns[start : start + INGEST_BATCH]
+                        result = memory.add(chunk, user_id=user, agent_id=agent_id, run_id=run, on_error="skip")
+                        summary["added"] += len(result.added)
+                        summary["skipped"] += len(result.skipped)
+                        summary["errors"] += [[chunk[i].id, why] for i, why in result.rejected]
+                        advance(len(chunk))
+        elif file_format == "jsonl":
+            lines = path.read_bytes().splitlines()
+            with progress_bar(f"ingest {path.name}", len(lines)) as advance:
+                report = memory.import_(
+                    lines, user_id=user_id, agent_id=agent_id, run_id=run_id, progress=advance
+                )
+            summary.update(added=report.added, skipped=report.skipped, errors=report.errors)
+        else:
+            raise CuememError(f"unknown format {file_format!r}: choose auto, jsonl or locomo")
+    _report(summary, as_json)
+
+
+def _report(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        console.print_json(data=summary)
+    else:
+        console.print(f"added {summary['added']} turns, {summary['skipped']} already stored")
+        for where, why in summary["errors"]:
+            err.print(f"[yellow]rejected[/yellow] {where}: {why}", highlight=False)
+    if summary["errors"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+@handles_errors
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    user_id: UserOpt,
+    agent_id: AgentOpt = None,
+    run_id: RunOpt = None,
+    k: Annotated[int, typer.Option("-k", help="How many hits.")] = 10,
+    budget: Annotated[int | None, typer.Option(help="Token budget for the packed hits.")] = None,
+    engine: Annotated[str | None, typer.Option("--use", help="Search with this engine instead.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search a namespace's memory."""
+    with _memory() as memory:
+        result = memory.search(
+            query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget, engine=engine
+        )
+    if as_json:
+        console.print_json(data=result.as_dict())
+    else:
+        _print_retrieval(result)
+        err.print(f"{len(result.hits)} hits, {result.tokens} tokens, {result.seconds * 1000:.1f} ms ({result.engine})")
+
+
+@app.command()
+@handles_errors
+def get(turn_id: str, user_id: UserOpt, agent_id: AgentOpt = None, run_id: RunOpt = None) -> None:
+    """Print one stored turn as JSON."""
+    with _memory() as memory:
+        turn = memory.get(turn_id, user_id=user_id, agent_id=agent_id, run_id=run_id)
+    console.print_json(data=turn.as_dict())
+
+
+@app.command()
+@handles_errors
+def delete(
+    user_id: UserOpt,
+    turn_id: Annotated[list[str] | None, typer.Argument(help="Turn ids to delete.")] = None,
+    agent_id: AgentOpt = None,
+    run_id: RunOpt = None,
+    session: Annotated[str | None, typer.Option(help="Delete this whole session.")] = None,
+    everything: Annotated[bool, typer.Option("--all", help="Delete the whole namespace.")] = False,
+) -> None:
+    """Delete turns, a session, or a whole namespace, with everything derived from them."""
+    if sum(bool(x) for x in (turn_id, session, everything)) != 1:
+        raise CuememError("give turn ids, or --session S, or --all (exactly one)")
+    with _memory() as memory:
+        if everything:
+            n = memory.delete_all(user_id=user_id, agent_id=agent_id, run_id=run_id)
+        elif session:
+            n = memory.delete_session(session, user_id=user_id, agent_id=agent_id, run_id=run_id)
+        else:
+            for tid in turn_id or []:
+                memory.delete(tid, user_id=user_id, agent_id=agent_id, run_id=run_id)
+            n = len(turn_id or [])
+    console.print(f"deleted {n} turns")
+
+
+@app.command()
+@handles_errors
+def export(
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")] = None,
+    user_id: Annotated[str | None, typer.Option("--user-id", "-u", help="Only this user (default: all).")] = None,
+    agent_id: AgentOpt = None,
+    run_id: RunOpt = None,
+) -> None:
+    """Export the raw turn log as JSONL."""
+    with _memory() as memory:
+        if output is None:
+            n = memory.export(sys.stdout, user_id=user_id, agent_id=agent_id, run_id=run_id)
+        else:
+            with output.open("w", encoding="utf-8") as fh:
+                n = memory.export(fh, user_id=user_id, agent_id=agent_id, run_id=run_id)
+    err.print(f"exported {n} turns")
+
+
+@app.command("import")
+@handles_errors
+def import_cmd(
+    path: Annotated[Path, typer.Argument(help="JSONL file written by `cuemem export`.")],
+    user_id: Annotated[str | None, typer.Option("--user-id", "-u", help="Namespace for lines without one.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Import turns from JSONL (idempotent: turns already stored are skipped)."""
+    lines = path.read_bytes().splitlines()
+    with _memory() as memory, progress_bar(f"import {path.name}", len(lines)) as advance:
+        report = memory.import_(lines, user_id=user_id, progress=advance)
+    _report({"added": report.added, "skipped": report.skipped, "errors": report.errors}, as_json)
+
+
+@app.command()
+@handles_errors
+def reindex(
+    user_id: Annotated[str | None, typer.Option("--user-id", "-u", help="Only this user (default: all).")] = None,
+    agent_id: AgentOpt = None,
+    run_id: RunOpt = None,
+) -> None:
+    """Rebuild the engine's derived indexes from the raw turn log."""
+    with _memory() as memory:
+        total = sum(n for _, n in memory.namespaces())
+        with progress_bar(f"reindex ({memory.engine.name})", total) as advance:
+            n = memory.reindex(user_id=user_id, agent_id=agent_id, run_id=run_id, progress=advance)
+    console.print(f"reindexed {n} turns with {memory.engine.name}")
+
+
+@app.command()
+@handles_errors
+def history(user_id: UserOpt, agent_id: AgentOpt = None, run_id: RunOpt = None, limit: int = 20) -> None:
+    """Show the namespace's recent changes as JSON lines."""
+    with _memory() as memory:
+        for entry in memory.history(user_id=user_id, agent_id=agent_id, run_id=run_id, limit=limit):
+            console.print(json.dumps(entry, ensure_ascii=False), highlight=False, soft_wrap=True)
+
+
+@app.command()
+@handles_errors
+def namespaces(as_json: JsonOpt = False) -> None:
+    """List namespaces and their turn counts."""
+    with _memory() as memory:
+        rows = memory.namespaces()
+    if as_json:
+        console.print_json(data=[{**ns.as_dict(), "turns": n} for ns, n in rows])
+        return
+    for ns, n in rows:
+        console.print(f"{ns}\t{n} turns", highlight=False)
+
+
+@app.command()
+@handles_errors
+def demo(
+    db: Annotated[Path | None, typer.Option(help="Store file (default: a fresh temporary one).")] = None,
+    k: Annotated[int, typer.Option("-k", help="Hits per question.")] = 5,
+) -> None:
+    """Ingest the shipped sample conversation and answer its questions with cited turns."""
+    source = resources.files("cuemem") / "data" / "demo_conversation.json"
+    with resources.as_file(source) as fixture:
+        sample = read_locomo(fixture)[0]
+    turns = locomo_turns(sample)
+    tmp = tempfile.TemporaryDirectory() if db is None else None
+    path = db or Path(tmp.name) / "demo.db"  # type: ignore[union-attr]
+    with _memory(db=path) as memory:
+        user = "maya"
+        console.rule(f"cuemem demo — engine [bold]{memory.engine.name}[/bold], store {path}")
+        sessions = len({t.session_id for t in turns})
+        console.print(f"Ingesting {len(turns)} turns from {sessions} sessions of '{sample['sample_id']}' ...")
+        with progress_bar("ingest", len(turns)) as advance:
+            memory.add(turns, user_id=user, progress=advance)
+        found = total = 0
+        for qa in sample["qa"]:
+            evidence = set(qa["evidence"])
+            result = memory.search(qa["question"], user_id=user, k=k)
+            console.print(f"\n[bold]Q:[/bold] {qa['question']}   [dim](expected: {qa['answer']};"
+                          f" evidence {', '.join(qa['evidence'])})[/dim]")
+            _print_retrieval(result, evidence)
+            found += len(evidence & set(result.turn_ids))
+            total += len(evidence)
+        console.print(f"\nEvidence recall@{k}: {found}/{total} evidence turns retrieved (✓ marks evidence).")
+    if tmp is not None:
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    app()

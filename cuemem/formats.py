@@ -1,0 +1,56 @@
+"""Readers for conversation files: LoCoMo-format JSON (a list of samples, or one sample) into Turns."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from .errors import ImportFormatError
+from .types import Turn
+
+_SESSION = re.compile(r"^session_(\d+)$")
+
+
+def read_locomo(path: str | Path) -> list[dict[str, Any]]:
+    """The samples of a LoCoMo-format file (a JSON list of samples, or a single sample object)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ImportFormatError(f"{path} is not valid UTF-8 (byte {exc.start})") from exc
+    except json.JSONDecodeError as exc:
+        raise ImportFormatError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}") from exc
+    samples = data if isinstance(data, list) else [data]
+    for i, sample in enumerate(samples):
+        if not isinstance(sample, dict) or not isinstance(sample.get("conversation"), dict):
+            raise ImportFormatError(f"{path}: sample {i} has no 'conversation' object: not LoCoMo format")
+    return samples
+
+
+def locomo_turns(sample: dict[str, Any]) -> list[Turn]:
+    """Turns of a LoCoMo sample in session order; the session date becomes each turn's timestamp.
+
+    Sessions are found by their `session_N` lists (conv-26 lists more dates than sessions). Image captions and
+    URLs stay in the turn's metadata, where the indexers add the caption to the text.
+    """
+    conversation = sample["conversation"]
+    numbers = sorted(
+        int(m.group(1)) for key, value in conversation.items() if (m := _SESSION.match(key)) and isinstance(value, list)
+    )
+    turns: list[Turn] = []
+    for n in numbers:
+        date = conversation.get(f"session_{n}_date_time")
+        for position, raw in enumerate(conversation[f"session_{n}"], start=1):
+            metadata = {key: raw[key] for key in ("blip_caption", "img_url", "query") if raw.get(key)}
+            turns.append(
+                Turn(
+                    id=str(raw.get("dia_id") or f"D{n}:{position}"),
+                    text=raw.get("text", ""),
+                    speaker=raw.get("speaker", "unknown"),
+                    session_id=f"session_{n}",
+                    timestamp=date,
+                    metadata=metadata,
+                )
+            )
+    return turns
