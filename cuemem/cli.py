@@ -57,7 +57,11 @@ def main(
 
 def _memory(**overrides: Any) -> Memory:
     settings = Settings.load(
-        state.config, db=overrides.pop("db", state.db), engine=state.engine, embedder=state.embedder, **overrides
+        state.config,
+        db=overrides.pop("db", state.db),
+        engine=state.engine,
+        embedder=state.embedder,
+        **overrides,
     )
     return Memory(settings=settings)
 
@@ -145,7 +149,9 @@ def add(
 @handles_errors
 def ingest(
     path: Annotated[Path, typer.Argument(help="A JSONL file (one turn per line) or a LoCoMo-format JSON file.")],
-    user_id: Annotated[str | None, typer.Option("--user-id", "-u", help="Namespace (LoCoMo: default sample id).")] = None,
+    user_id: Annotated[
+        str | None, typer.Option("--user-id", "-u", help="Namespace (LoCoMo: default sample id).")
+    ] = None,
     agent_id: AgentOpt = None,
     run_id: RunOpt = None,
     file_format: Annotated[str, typer.Option("--format", help="auto, jsonl or locomo.")] = "auto",
@@ -177,9 +183,7 @@ def ingest(
         elif file_format == "jsonl":
             lines = path.read_bytes().splitlines()
             with progress_bar(f"ingest {path.name}", len(lines)) as advance:
-                report = memory.import_(
-                    lines, user_id=user_id, agent_id=agent_id, run_id=run_id, progress=advance
-                )
+                report = memory.import_(lines, user_id=user_id, agent_id=agent_id, run_id=run_id, progress=advance)
             summary.update(added=report.added, skipped=report.skipped, errors=report.errors)
         else:
             raise CuememError(f"unknown format {file_format!r}: choose auto, jsonl or locomo")
@@ -348,8 +352,10 @@ def demo(
         for qa in sample["qa"]:
             evidence = set(qa["evidence"])
             result = memory.search(qa["question"], user_id=user, k=k)
-            console.print(f"\n[bold]Q:[/bold] {qa['question']}   [dim](expected: {qa['answer']};"
-                          f" evidence {', '.join(qa['evidence'])})[/dim]")
+            console.print(
+                f"\n[bold]Q:[/bold] {qa['question']}   [dim](expected: {qa['answer']};"
+                f" evidence {', '.join(qa['evidence'])})[/dim]"
+            )
             _print_retrieval(result, evidence)
             found += len(evidence & set(result.turn_ids))
             total += len(evidence)

@@ -20,7 +20,7 @@ from .config import Settings
 from .embed import make_embedder
 from .embed.base import Embedder
 from .engines import Engine, EngineContext, get_engine
-from .errors import ImportFormatError, InvalidTurnError, TurnNotFoundError
+from .errors import CuememError, ImportFormatError, InvalidTurnError, TurnNotFoundError
 from .index.budget import pack
 from .index.tokens import TokenCounter, default_counter
 from .store.sqlite import SQLiteStore
@@ -97,7 +97,9 @@ class Memory:
             progress=progress,
         )
 
-    def _sync(self, engine: Engine, ns: int, namespace: Namespace, progress: Callable[[int], None] | None = None) -> int:
+    def _sync(
+        self, engine: Engine, ns: int, namespace: Namespace, progress: Callable[[int], None] | None = None
+    ) -> int:
         """Feed the engine every logged turn past its watermark; returns how many turns it ingested."""
         ctx = self._context(ns, namespace, progress)
         done = 0
@@ -160,7 +162,13 @@ class Memory:
         appended = self.store.append_turns(ns, turns)
         result.added = [t.id for t in appended.added]
         result.skipped = appended.skipped
-        self._sync(self.engine, ns, namespace, progress)
+        try:
+            self._sync(self.engine, ns, namespace, progress)
+        except CuememError as exc:
+            raise type(exc)(
+                f"{len(result.added)} turns were stored in the log, but indexing them with {self.engine.name!r}"
+                f" failed: {exc}. Indexing resumes from the log on the next add or search."
+            ) from exc
         return result
 
     def _validate(
@@ -272,7 +280,12 @@ class Memory:
         return self.store.get_turn(ns, turn_id)
 
     def turns(
-        self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None, session_id: str | None = None
+        self,
+        *,
+        user_id: str,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        session_id: str | None = None,
     ) -> list[Turn]:
         ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))
         return list(self.store.iter_turns(ns, session_id=session_id))

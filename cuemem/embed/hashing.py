@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 
@@ -23,7 +24,7 @@ class HashingEmbedder:
 
     def _features(self, text: str) -> list[str]:
         words = analyze(text)
-        return words + [f"{a}_{b}" for a, b in zip(words, words[1:], strict=False)]
+        return words + [f"{a}_{b}" for a, b in pairwise(words)]
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)

@@ -25,7 +25,7 @@ class MiniLMEmbedder:
         self._model = None
         self._lock = threading.Lock()
 
-    def _load(self):  # noqa: ANN202 - sentence_transformers is an optional import
+    def _load(self):
         with self._lock:
             if self._model is None:
                 path = minilm_dir()

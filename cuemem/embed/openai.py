@@ -56,7 +56,9 @@ class OpenAIEmbedder:
                         data = sorted(response.json()["data"], key=lambda d: d["index"])
                         vectors = [d["embedding"] for d in data]
                     except (ValueError, KeyError, TypeError) as exc:
-                        raise EmbeddingError(f"{url} answered with an unexpected body: {response.text[:200]!r}") from exc
+                        raise EmbeddingError(
+                            f"{url} answered with an unexpected body: {response.text[:200]!r}"
+                        ) from exc
                     if len(vectors) != len(texts):
                         raise EmbeddingError(f"{url} returned {len(vectors)} vectors for {len(texts)} texts")
                     return vectors

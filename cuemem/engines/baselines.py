@@ -59,7 +59,10 @@ def embed_missing(ctx: EngineContext, space: str) -> None:
         batch_size=ctx.settings.embed_batch_size,
     )
     ctx.store.put_vectors(
-        ctx.ns, space, embedder.name, [(item_id, h, v) for (item_id, _), h, v in zip(todo, hashes, vectors, strict=True)]
+        ctx.ns,
+        space,
+        embedder.name,
+        [(item_id, h, v) for (item_id, _), h, v in zip(todo, hashes, vectors, strict=True)],
     )
 
 

@@ -67,7 +67,11 @@ def embed_texts_cached(
     """Embed texts, taking what the cache (by text hash) already holds; returns (hashes, vectors)."""
     hashes = [text_hash(t) for t in texts]
     known = cached(hashes)
-    todo = sorted({h: i for i, h in enumerate(hashes) if h not in known}.values())
+    first: dict[str, int] = {}
+    for i, h in enumerate(hashes):
+        if h not in known:
+            first.setdefault(h, i)
+    todo = list(first.values())
     for start in range(0, len(todo), batch_size):
         chunk = todo[start : start + batch_size]
         vectors = embedder.embed([texts[i] for i in chunk])

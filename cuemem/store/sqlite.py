@@ -148,9 +148,7 @@ class SQLiteStore:
         self.path = Path(path) if str(path) != ":memory:" else Path(":memory:")
         if str(self.path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(
-            str(self.path), timeout=timeout, isolation_level=None, check_same_thread=False
-        )
+        self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None, check_same_thread=False)
         self._lock = threading.RLock()
         self._depth = 0
         self.cache: dict[Any, Any] = {}  # in-memory indexes built from this store (see index/)
@@ -216,9 +214,7 @@ class SQLiteStore:
                 "INSERT OR IGNORE INTO namespaces(user_id, agent_id, run_id, created_at) VALUES(?,?,?,?)",
                 (*key, time.time()),
             )
-            return c.execute(
-                "SELECT id FROM namespaces WHERE user_id=? AND agent_id=? AND run_id=?", key
-            ).fetchone()[0]
+            return c.execute("SELECT id FROM namespaces WHERE user_id=? AND agent_id=? AND run_id=?", key).fetchone()[0]
 
     def namespaces(self) -> list[tuple[Namespace, int]]:
         """Every namespace with its number of turns."""
@@ -343,7 +339,8 @@ class SQLiteStore:
                 items = [
                     r[0]
                     for r in c.execute(
-                        f"SELECT DISTINCT item FROM item_turns WHERE ns=? AND turn_seq IN ({marks})", (ns, *chunk)
+                        f"SELECT DISTINCT item FROM item_turns WHERE ns=? AND turn_seq IN ({marks})",
+                        (ns, *chunk),
                     )
                 ]
                 for ichunk in _chunks(items, 500):
@@ -494,12 +491,15 @@ class SQLiteStore:
     def put_labels(self, ns: int, rows: Sequence[tuple[int, str, str]]) -> None:
         """(item id, kind, label) rows, e.g. an event type or an entity type of a step."""
         with self.transaction() as c:
-            c.executemany("INSERT OR IGNORE INTO labels(item, ns, kind, label) VALUES(?,?,?,?)", [
-                (item, ns, kind, label) for item, kind, label in rows
-            ])
+            c.executemany(
+                "INSERT OR IGNORE INTO labels(item, ns, kind, label) VALUES(?,?,?,?)",
+                [(item, ns, kind, label) for item, kind, label in rows],
+            )
 
     def items_with_label(self, ns: int, kind: str, label: str) -> list[int]:
-        return [r[0] for r in self._query("SELECT item FROM labels WHERE ns=? AND kind=? AND label=?", (ns, kind, label))]
+        return [
+            r[0] for r in self._query("SELECT item FROM labels WHERE ns=? AND kind=? AND label=?", (ns, kind, label))
+        ]
 
     def labels_of(self, ns: int, item: int) -> list[tuple[str, str]]:
         return self._query("SELECT kind, label FROM labels WHERE ns=? AND item=? ORDER BY kind, label", (ns, item))
@@ -535,7 +535,8 @@ class SQLiteStore:
 
     def _bump_epoch(self, c: sqlite3.Connection, ns: int) -> None:
         c.execute(
-            "INSERT INTO epochs(ns, epoch) VALUES(?, 1) ON CONFLICT(ns) DO UPDATE SET epoch = epoch + 1", (ns,)
+            "INSERT INTO epochs(ns, epoch) VALUES(?, 1) ON CONFLICT(ns) DO UPDATE SET epoch = epoch + 1",
+            (ns,),
         )
 
     def drop_cached(self, ns: int) -> None:
@@ -555,9 +556,7 @@ class SQLiteStore:
 
     def history(self, ns: int, limit: int = 100) -> list[dict[str, Any]]:
         """The namespace's changes, newest first."""
-        rows = self._query(
-            "SELECT id, at, op, detail FROM history WHERE ns=? ORDER BY id DESC LIMIT ?", (ns, limit)
-        )
+        rows = self._query("SELECT id, at, op, detail FROM history WHERE ns=? ORDER BY id DESC LIMIT ?", (ns, limit))
         return [{"id": i, "at": at, "op": op, **json.loads(detail)} for i, at, op, detail in rows]
 
 

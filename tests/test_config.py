@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cuemem import CuememError, Settings
+
+
+def test_precedence_defaults_toml_env_arguments(tmp_path, monkeypatch):
+    toml = tmp_path / "cuemem.toml"
+    toml.write_text('[cuemem]\nengine = "bm25"\nk = 7\nmax_turn_bytes = 1000\n')
+    settings = Settings.load(toml)
+    assert (settings.engine, settings.k, settings.max_turn_bytes, settings.rrf_k) == ("bm25", 7, 1000, 60)
+    monkeypatch.setenv("CUEMEM_K", "9")
+    assert Settings.load(toml).k == 9
+    assert Settings.load(toml, k=3, db=str(tmp_path / "x.db")).k == 3
+    assert Settings.load(toml, db=str(tmp_path / "x.db")).db == Path(tmp_path / "x.db")
+
+
+def test_bad_settings_are_reported(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("engine = [unclosed")
+    with pytest.raises(CuememError, match="not valid TOML"):
+        Settings.load(bad)
+    with pytest.raises(CuememError, match="unknown setting"):
+        Settings.load(None, colour="blue")
+    monkeypatch.setenv("CUEMEM_K", "many")
+    with pytest.raises(CuememError, match="not a valid int"):
+        Settings.load(None)
+    with pytest.raises(CuememError, match="does not exist"):
+        Settings.load(tmp_path / "missing.toml")

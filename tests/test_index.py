@@ -1,0 +1,107 @@
+"""The shared primitives, checked against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from cuemem.index.bm25 import BM25Index
+from cuemem.index.budget import pack
+from cuemem.index.dense import DenseIndex, embed_texts_cached
+from cuemem.index.fusion import reciprocal_rank_fusion
+from cuemem.index.text import analyze
+from cuemem.index.tokens import TokenCounter, minilm_dir
+from cuemem.types import Hit
+
+
+def test_analyze_lowercases_drops_stopwords_and_possessives():
+    assert analyze("The Apollo Hotel's price, on Day 2!") == ["apollo", "hotel", "price", "day", "2"]
+
+
+def test_bm25_matches_hand_computation():
+    index = BM25Index(k1=1.5, b=0.75)
+    index.add(10, "hotel price")
+    index.add(11, "hotel hotel booking")
+    index.add(12, "dinner booking")
+    # query "hotel": df=2, N=3 -> idf = ln(1 + (3-2+0.5)/(2+0.5)); avgdl = 7/3
+    idf = math.log(1 + 1.5 / 2.5)
+    avgdl = 7 / 3
+
+    def term(tf: int, dl: int) -> float:
+        return idf * tf * 2.5 / (tf + 1.5 * (1 - 0.75 + 0.75 * dl / avgdl))
+
+    result = dict(index.search("hotel", 3))
+    assert set(result) == {10, 11}
+    assert result[10] == pytest.approx(term(1, 2), rel=1e-5)
+    assert result[11] == pytest.approx(term(2, 3), rel=1e-5)
+    assert index.search("nothing matches", 3) == []
+
+
+def test_bm25_grows_incrementally_and_ranks_new_documents():
+    index = BM25Index()
+    index.add(1, "cat food")
+    assert [k for k, _ in index.search("dog", 5)] == []
+    index.add(2, "dog walking schedule")
+    assert [k for k, _ in index.search("dog", 5)] == [2]
+
+
+def test_rrf_fuses_by_reciprocal_rank():
+    fused = dict(reciprocal_rank_fusion([["a", "b", "c"], ["b", "c"]], k=60))
+    assert fused["b"] == pytest.approx(1 / 62 + 1 / 61)
+    assert fused["a"] == pytest.approx(1 / 61)
+    assert [key for key, _ in reciprocal_rank_fusion([["a", "b", "c"], ["b", "c"]], k=60)] == ["b", "c", "a"]
+
+
+def test_pack_keeps_rank_order_and_skips_what_does_not_fit():
+    hits = [Hit(text=str(i), score=1.0, turn_ids=[str(i)], tokens=t) for i, t in enumerate([50, 80, 30, 10])]
+    packed = pack(hits, 100)
+    assert [h.text for h in packed] == ["0", "2", "3"]
+    assert sum(h.tokens for h in packed) <= 100
+    assert pack(hits, None) == hits
+    assert pack(hits, 0) == []
+    with pytest.raises(ValueError):
+        pack(hits, -1)
+
+
+def test_dense_index_returns_nearest_by_cosine():
+    index = DenseIndex()
+    index.add(1, np.array([1.0, 0.0]))
+    index.add(2, np.array([0.0, 1.0]))
+    index.add(3, np.array([0.6, 0.8]))
+    assert [k for k, _ in index.search(np.array([0.0, 1.0]), 2)] == [2, 3]
+    with pytest.raises(ValueError):
+        index.add(4, np.array([1.0, 0.0, 0.0]))
+
+
+def test_embedding_cache_skips_known_texts():
+    calls: list[list[str]] = []
+
+    class Recorder:
+        name, dim = "rec", 2
+
+        def embed(self, texts):
+            calls.append(list(texts))
+            return np.ones((len(texts), 2), dtype=np.float32)
+
+    store: dict[str, np.ndarray] = {}
+    hashes, vectors = embed_texts_cached(
+        Recorder(), ["a", "b", "a"], lambda hs: {h: store[h] for h in hs if h in store}
+    )
+    assert calls == [["a", "b"]]  # "a" twice in one call is embedded once
+    assert vectors.shape == (3, 2)
+    store.update(zip(hashes, vectors, strict=True))
+    embed_texts_cached(Recorder(), ["a", "b"], lambda hs: {h: store[h] for h in hs if h in store})
+    assert calls == [["a", "b"]]
+
+
+@pytest.mark.skipif(minilm_dir() is None, reason="shipped MiniLM package not installed")
+def test_token_counter_uses_the_real_wordpiece_tokenizer():
+    counter = TokenCounter()
+    assert counter.name.startswith("wordpiece")
+    assert counter.count("hello world") == 2
+    assert counter.count("unaffordable") > 1  # split into word pieces
+    long_text = "word " * 2000
+    assert counter.count(long_text) == 2000  # no truncation at the model's 256-token limit
+    assert counter.count_many(["hello world", "hi"]) == [2, 1]
