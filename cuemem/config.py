@@ -39,7 +39,7 @@ class Settings:
     embed_model: str = "text-embedding-3-small"  # used by the "openai" embedder
     embed_base_url: str = "https://api.openai.com/v1"
     embed_api_key: str | None = None
-    embed_batch_size: int = 64
+    embed_batch_size: int = 32
     embed_timeout: float = 30.0
     max_turn_bytes: int = 256 * 1024
     turn_template: str = "{date}{speaker}: {text}"
