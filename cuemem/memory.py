@@ -97,25 +97,30 @@ class Memory:
             progress=progress,
         )
 
+    def _progress_key(self, engine: Engine) -> str:
+        """Watermarks are per engine, and per embedding model for engines that embed."""
+        return f"{engine.name}@{self.embedder.name}" if getattr(engine, "uses_embedder", False) else engine.name
+
     def _sync(
         self, engine: Engine, ns: int, namespace: Namespace, progress: Callable[[int], None] | None = None
     ) -> int:
         """Feed the engine every logged turn past its watermark; returns how many turns it ingested."""
         ctx = self._context(ns, namespace, progress)
+        key = self._progress_key(engine)
         done = 0
         batch: list[Turn] = []
-        for turn in self.store.iter_turns(ns, after_seq=self.store.watermark(ns, engine.name)):
+        for turn in self.store.iter_turns(ns, after_seq=self.store.watermark(ns, key)):
             batch.append(turn)
             if len(batch) == INGEST_BATCH:
-                done += self._ingest(engine, ctx, batch)
+                done += self._ingest(engine, key, ctx, batch)
                 batch = []
         if batch:
-            done += self._ingest(engine, ctx, batch)
+            done += self._ingest(engine, key, ctx, batch)
         return done
 
-    def _ingest(self, engine: Engine, ctx: EngineContext, batch: list[Turn]) -> int:
+    def _ingest(self, engine: Engine, key: str, ctx: EngineContext, batch: list[Turn]) -> int:
         engine.ingest(ctx, batch)
-        self.store.set_watermark(ctx.ns, engine.name, max(t.seq or 0 for t in batch))
+        self.store.set_watermark(ctx.ns, key, max(t.seq or 0 for t in batch))
         if ctx.progress:
             ctx.progress(len(batch))
         return len(batch)

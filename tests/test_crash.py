@@ -58,7 +58,7 @@ def test_sigkill_mid_ingest_keeps_acknowledged_turns(tmp_path: Path, batch: int)
         assert set(acknowledged) <= stored  # every acknowledged turn is there
         ns = memory.store.namespace_id(memory.namespace("crash"))
         # Indexing may lag the log after a crash, never lead it; a search catches it up.
-        assert memory.store.watermark(ns, "hybrid") <= max(t.seq for t in memory.turns(user_id="crash"))
+        assert memory.store.watermark(ns, "hybrid@hashing-512") <= max(t.seq for t in memory.turns(user_id="crash"))
         result = memory.search("turn number 3 about hotel 3", user_id="crash", k=5)
         assert "t3" in result.turn_ids
         q = memory.store._query

@@ -9,6 +9,7 @@ import pytest
 from conftest import ENGINES, TRIP
 
 from cuemem import InvalidTurnError, Memory, TurnNotFoundError, UnknownEngineError, UnknownNamespaceError
+from cuemem.embed import HashingEmbedder
 
 
 def all_hit_ids(memory: Memory, query: str, user: str = "maya", engine: str | None = None) -> set[str]:
@@ -188,6 +189,17 @@ def test_engines_switch_per_search_and_catch_up(make_memory):
     memory = make_memory("bm25")
     memory.add(TRIP, user_id="maya")
     # "dense" never ingested this namespace: it catches up from the log on first use.
-    assert memory.store.watermark(memory.store.namespace_id(memory.namespace("maya")), "dense") == 0
+    ns = memory.store.namespace_id(memory.namespace("maya"))
+    assert memory.store.watermark(ns, "dense@hashing-512") == 0
     assert "d3" in all_hit_ids(memory, "shellfish allergy", engine="dense")
-    assert memory.store.watermark(memory.store.namespace_id(memory.namespace("maya")), "dense") > 0
+    assert memory.store.watermark(ns, "dense@hashing-512") > 0
+
+
+def test_a_new_embedder_re_embeds_from_the_log(make_memory):
+    memory = make_memory("dense", embedder=HashingEmbedder(dim=512))
+    memory.add(TRIP, user_id="maya")
+    memory.close()
+    other = make_memory("dense", embedder=HashingEmbedder(dim=256))  # same store, another embedding model
+    assert "d3" in all_hit_ids(other, "allergic shellfish")
+    models = other.store._query("SELECT model, COUNT(*) FROM vectors GROUP BY model ORDER BY model")
+    assert models == [("hashing-256", 4), ("hashing-512", 4)]

@@ -36,20 +36,21 @@ class EngineContext:
     def hits_from_items(self, scored: Sequence[tuple[int, float]], engine: str) -> list[Hit]:
         """Turn (item id, score) pairs into hits carrying their source turn ids and token counts."""
         items = self.store.get_items(self.ns, [i for i, _ in scored])
-        present = [(items[i], s) for i, s in scored if i in items]
-        counts = self.tokens.count_many([item.text for item, _ in present])
         return [
-            Hit(text=item.text, score=score, turn_ids=item.turn_ids, tokens=n, engine=engine, detail=item.meta)
-            for (item, score), n in zip(present, counts, strict=True)
+            Hit(text=it.text, score=s, turn_ids=it.turn_ids, tokens=it.tokens, engine=engine, detail=it.meta)
+            for it, s in ((items[i], s) for i, s in scored if i in items)
         ]
 
 
 @runtime_checkable
 class Engine(Protocol):
     """`ingest` must be idempotent (re-ingesting a turn changes nothing): the store may replay turns after a
-    crash or a partial delete. `retrieve` returns hits best first; Memory packs them into the budget."""
+    crash or a partial delete. `retrieve` returns hits best first; Memory packs them into the budget.
+    An engine whose index depends on the embedder sets `uses_embedder = True`, so that its progress is tracked
+    per embedding model and a new model re-embeds from the log."""
 
     name: str
+    uses_embedder: bool
 
     def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None: ...
 

@@ -31,17 +31,19 @@ def turn_document(turn: Turn, template: str = "{date}{speaker}: {text}") -> str:
 
 def index_turns(ctx: EngineContext, turns: Sequence[Turn]) -> None:
     """Write one item per turn into the shared "turn" space (existing items are kept)."""
+    docs = [turn_document(t, ctx.settings.turn_template) for t in turns]
     ctx.store.put_items(
         ctx.ns,
         TURN_SPACE,
         [
             (
                 t.id,
-                turn_document(t, ctx.settings.turn_template),
+                doc,
                 {"session_id": t.session_id, "speaker": t.speaker, "timestamp": t.timestamp},
                 [t.seq] if t.seq is not None else [],
+                tokens,
             )
-            for t in turns
+            for t, doc, tokens in zip(turns, docs, ctx.tokens.count_many(docs), strict=True)
         ],
     )
 
@@ -70,6 +72,7 @@ class FullContext:
     """Everything that fits: the most recent turns that fill the budget, returned in log order."""
 
     name = "fullcontext"
+    uses_embedder = False
     default_budget = 4096
 
     def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
@@ -77,11 +80,9 @@ class FullContext:
 
     def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
         budget = budget_tokens if budget_tokens is not None else self.default_budget
-        rows = ctx.store.items_in_order(ctx.ns, TURN_SPACE)
         chosen: list[tuple[int, float]] = []
         used = 0
-        counts = ctx.tokens.count_many([text for _, text in rows])
-        for (item_id, _), n in zip(reversed(rows), reversed(counts), strict=True):
+        for item_id, n in reversed(ctx.store.items_in_order(ctx.ns, TURN_SPACE)):
             if used + n > budget:
                 break
             used += n
@@ -95,6 +96,7 @@ class BM25Engine:
     """Lexical retrieval: BM25 over the turn documents."""
 
     name = "bm25"
+    uses_embedder = False
 
     def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
         index_turns(ctx, turns)
@@ -110,13 +112,13 @@ class DenseEngine:
     """Semantic retrieval: cosine similarity of sentence embeddings of the turn documents."""
 
     name = "dense"
+    uses_embedder = True
 
     def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
         index_turns(ctx, turns)
         embed_missing(ctx, TURN_SPACE)
 
     def ranked(self, ctx: EngineContext, query: str, depth: int) -> list[tuple[int, float]]:
-        embed_missing(ctx, TURN_SPACE)  # items written by another engine get their vectors now
         index = dense_index(ctx.store, ctx.ns, TURN_SPACE, ctx.embedder.name)
         query_vector = ctx.embedder.embed([query])[0]
         return index.search(np.asarray(query_vector), depth)
@@ -129,6 +131,7 @@ class HybridEngine:
     """BM25 and dense rankings fused by reciprocal rank (k = settings.rrf_k, 60 by default)."""
 
     name = "hybrid"
+    uses_embedder = True
     depth = 100  # how deep each ranking is read before fusion
 
     def __init__(self) -> None:

@@ -56,6 +56,7 @@ CREATE TABLE IF NOT EXISTS items(
     key TEXT NOT NULL,
     text TEXT NOT NULL,
     meta TEXT NOT NULL DEFAULT '{}',
+    tokens INTEGER NOT NULL DEFAULT 0,
     UNIQUE(ns, space, key)
 );
 -- Provenance: which turns an item came from.
@@ -131,6 +132,7 @@ class Item:
     text: str
     meta: dict[str, Any]
     turn_ids: list[str]
+    tokens: int = 0
 
 
 @dataclass
@@ -391,13 +393,15 @@ class SQLiteStore:
         self.drop_cached(ns)
 
     # ------------------------------------------------------------------ derived items
-    def put_items(self, ns: int, space: str, rows: Sequence[tuple[str, str, dict[str, Any], Sequence[int]]]) -> None:
-        """Insert (key, text, meta, source turn seqs) items; an existing key is kept as it is (idempotent)."""
+    def put_items(
+        self, ns: int, space: str, rows: Sequence[tuple[str, str, dict[str, Any], Sequence[int], int]]
+    ) -> None:
+        """Insert (key, text, meta, source turn seqs, token count) items; an existing key is kept (idempotent)."""
         with self.transaction() as c:
-            for key, text, meta, seqs in rows:
+            for key, text, meta, seqs, tokens in rows:
                 cur = c.execute(
-                    "INSERT OR IGNORE INTO items(ns, space, key, text, meta) VALUES(?,?,?,?,?)",
-                    (ns, space, key, text, json.dumps(meta, ensure_ascii=False)),
+                    "INSERT OR IGNORE INTO items(ns, space, key, text, meta, tokens) VALUES(?,?,?,?,?,?)",
+                    (ns, space, key, text, json.dumps(meta, ensure_ascii=False), tokens),
                 )
                 if cur.rowcount == 1:
                     c.executemany(
@@ -426,10 +430,10 @@ class SQLiteStore:
         out: dict[int, Item] = {}
         for chunk in _chunks(list(ids), 500):
             marks = ",".join("?" * len(chunk))
-            for item_id, key, text, meta in self._query(
-                f"SELECT id, key, text, meta FROM items WHERE ns=? AND id IN ({marks})", (ns, *chunk)
+            for item_id, key, text, meta, tokens in self._query(
+                f"SELECT id, key, text, meta, tokens FROM items WHERE ns=? AND id IN ({marks})", (ns, *chunk)
             ):
-                out[item_id] = Item(item_id, key, text, json.loads(meta), [])
+                out[item_id] = Item(item_id, key, text, json.loads(meta), [], tokens)
             for item_id, turn_id in self._query(
                 f"SELECT it.item, t.turn_id FROM item_turns it JOIN turns t ON t.seq = it.turn_seq"
                 f" WHERE it.ns=? AND t.ns=? AND it.item IN ({marks}) ORDER BY t.seq",
@@ -439,10 +443,10 @@ class SQLiteStore:
                     out[item_id].turn_ids.append(turn_id)
         return out
 
-    def items_in_order(self, ns: int, space: str) -> list[tuple[int, str]]:
-        """(id, text) of every item of a space in log order of their first source turn."""
+    def items_in_order(self, ns: int, space: str) -> list[tuple[int, int]]:
+        """(id, token count) of every item of a space, in log order of their first source turn."""
         return self._query(
-            "SELECT i.id, i.text FROM items i JOIN item_turns it ON it.item = i.id"
+            "SELECT i.id, i.tokens FROM items i JOIN item_turns it ON it.item = i.id"
             " WHERE i.ns=? AND i.space=? GROUP BY i.id ORDER BY MIN(it.turn_seq)",
             (ns, space),
         )
