@@ -64,7 +64,7 @@ def turns_for(n: int) -> list[dict]:
     out = []
     for i in range(n):
         t = dict(base[i % len(base)])
-        t["id"] = f"c{i // len(base)}-{t['id']}"
+        t["id"] = f"t{i}"  # LoCoMo's dia_ids repeat across conversations: ids here must be unique
         out.append(t)
     return out
 
@@ -90,6 +90,8 @@ def phase_ingest(engine: str, n: int) -> dict:
         for i in range(0, n, 256):
             memory.add(turns[i : i + 256], user_id="bench")
         seconds = time.perf_counter() - start
+        stored = memory.store.count_turns(memory.store.namespace_id(memory.namespace("bench")))
+    assert stored == n, f"stored {stored} of {n} turns"
     return {"engine": engine, "turns": n, "seconds": seconds, "turns_per_s": n / seconds, "peak_rss_mb": peak_mb()}
 
 
@@ -101,6 +103,8 @@ def phase_build(n: int, db: str) -> dict:
     with Memory(db, engine="hybrid") as memory:
         for i in range(0, n, 1024):
             memory.add(turns[i : i + 1024], user_id="bench")
+        stored = memory.store.count_turns(memory.store.namespace_id(memory.namespace("bench")))
+    assert stored == n, f"stored {stored} of {n} turns"
     return {"turns": n, "seconds": time.perf_counter() - start, "peak_rss_mb": peak_mb(), "db_mb": _size_mb(db)}
 
 
