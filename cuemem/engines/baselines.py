@@ -31,6 +31,10 @@ def turn_document(turn: Turn, template: str = "{date}{speaker}: {text}") -> str:
 
 def index_turns(ctx: EngineContext, turns: Sequence[Turn]) -> None:
     """Write one item per turn into the shared "turn" space (existing items are kept)."""
+    existing = ctx.store.item_ids(ctx.ns, TURN_SPACE, [t.id for t in turns])
+    turns = [t for t in turns if t.id not in existing]
+    if not turns:
+        return
     docs = [turn_document(t, ctx.settings.turn_template) for t in turns]
     ctx.store.put_items(
         ctx.ns,
@@ -58,7 +62,6 @@ def embed_missing(ctx: EngineContext, space: str) -> None:
         embedder,
         [text for _, text in todo],
         lambda hs: ctx.store.cached_embeddings(ctx.ns, embedder.name, hs),
-        batch_size=ctx.settings.embed_batch_size,
     )
     ctx.store.put_vectors(
         ctx.ns,

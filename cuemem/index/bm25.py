@@ -24,6 +24,7 @@ class BM25Index:
         self._lengths: list[int] = []
         self._postings: dict[str, tuple[list[int], list[int]]] = {}
         self._frozen: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._norm: np.ndarray | None = None  # k1 * (1 - b + b * dl / avgdl), recomputed after adds
         self._total = 0
 
     def __len__(self) -> int:
@@ -35,6 +36,7 @@ class BM25Index:
         self.keys.append(key)
         self._lengths.append(sum(counts.values()))
         self._total += self._lengths[-1]
+        self._norm = None
         for term, tf in counts.items():
             docs, tfs = self._postings.setdefault(term, ([], []))
             docs.append(doc)
@@ -55,8 +57,10 @@ class BM25Index:
         terms = set(self.analyzer(query))
         if n == 0 or not terms or k <= 0:
             return []
-        lengths = np.asarray(self._lengths, dtype=np.float32)
-        norm = self.k1 * (1 - self.b + self.b * lengths / max(self._total / n, 1e-9))
+        if self._norm is None:
+            lengths = np.asarray(self._lengths, dtype=np.float32)
+            self._norm = self.k1 * (1 - self.b + self.b * lengths / max(self._total / n, 1e-9))
+        norm = self._norm
         scores = np.zeros(n, dtype=np.float32)
         for term in terms:
             posting = self._posting(term)

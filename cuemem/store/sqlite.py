@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS turns(
     added_at REAL NOT NULL,
     UNIQUE(ns, turn_id)
 );
+CREATE INDEX IF NOT EXISTS turns_by_ns ON turns(ns, seq);
 CREATE INDEX IF NOT EXISTS turns_by_session ON turns(ns, session_id, seq);
 -- Derived documents that engines index (a turn, a window, a record ...), in named spaces.
 CREATE TABLE IF NOT EXISTS items(
@@ -59,6 +60,7 @@ CREATE TABLE IF NOT EXISTS items(
     tokens INTEGER NOT NULL DEFAULT 0,
     UNIQUE(ns, space, key)
 );
+CREATE INDEX IF NOT EXISTS items_by_space ON items(ns, space, id);
 -- Provenance: which turns an item came from.
 CREATE TABLE IF NOT EXISTS item_turns(
     item INTEGER NOT NULL REFERENCES items(id) ON DELETE CASCADE,
