@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sqlite3
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -73,7 +74,7 @@ def handles_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (CuememError, ValueError, KeyError, OSError) as exc:
+        except (CuememError, ValueError, KeyError, OSError, sqlite3.Error) as exc:
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
             err.print(f"[red]Error:[/red] {msg}", highlight=False)
             raise typer.Exit(1) from exc

@@ -46,6 +46,20 @@ class Settings:
     rrf_k: int = 60
     k: int = 10
 
+    def __post_init__(self) -> None:
+        for name in ("embed_batch_size", "max_turn_bytes", "rrf_k", "k"):
+            if getattr(self, name) < 1:
+                raise CuememError(f"setting {name} must be >= 1, got {getattr(self, name)}")
+        if self.embed_timeout <= 0:
+            raise CuememError(f"setting embed_timeout must be > 0, got {self.embed_timeout}")
+        try:
+            self.turn_template.format(date="", speaker="", text="", session="")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise CuememError(
+                f"turn_template {self.turn_template!r} is invalid ({exc!r}); use {{date}}, {{speaker}},"
+                " {text} and {session}"
+            ) from exc
+
     @classmethod
     def load(cls, config_file: Path | str | None = None, **overrides: Any) -> Settings:
         """Defaults, then the TOML file, then CUEMEM_* variables, then explicit keyword arguments."""

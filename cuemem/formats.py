@@ -25,6 +25,7 @@ def read_locomo(path: str | Path) -> list[dict[str, Any]]:
     for i, sample in enumerate(samples):
         if not isinstance(sample, dict) or not isinstance(sample.get("conversation"), dict):
             raise ImportFormatError(f"{path}: sample {i} has no 'conversation' object: not LoCoMo format")
+        sample.setdefault("sample_id", f"sample-{i}")
     return samples
 
 
@@ -42,6 +43,8 @@ def locomo_turns(sample: dict[str, Any]) -> list[Turn]:
     for n in numbers:
         date = conversation.get(f"session_{n}_date_time")
         for position, raw in enumerate(conversation[f"session_{n}"], start=1):
+            if not isinstance(raw, dict):
+                raise ImportFormatError(f"session_{n} turn {position} is a {type(raw).__name__}, not an object")
             metadata = {key: raw[key] for key in ("blip_caption", "img_url", "query") if raw.get(key)}
             turns.append(
                 Turn(

@@ -146,7 +146,9 @@ class Memory:
 
         `messages` is a string, a dict ({"role"|"speaker", "content"|"text", "id"?, "timestamp"?, "metadata"?,
         "session_id"?}), a Turn, or a list of these. A message without an id gets a deterministic one from its
-        session, speaker, text, timestamp and repeat count, so retrying the same add is a no-op. With
+        session, speaker, text, timestamp and its repeat count within this call, so retrying the same add is a
+        no-op; the flip side is that an identical id-less message in a later call (same session, speaker, text
+        and timestamp) is taken for a retry and skipped: give ids or timestamps to store true repeats. With
         on_error="raise" (default) any invalid message raises InvalidTurnError and nothing is written; with
         "skip" the valid ones are stored and the rest reported in `AddResult.rejected`.
         """
@@ -390,18 +392,18 @@ class Memory:
                 continue
             groups.setdefault(namespace, []).append((lineno, data))
         for namespace, rows in groups.items():
-            for start in range(0, len(rows), INGEST_BATCH):
-                chunk = rows[start : start + INGEST_BATCH]
-                result = self.add(
-                    [data for _, data in chunk],
-                    user_id=namespace.user_id,
-                    agent_id=namespace.agent_id,
-                    run_id=namespace.run_id,
-                    on_error="skip",
-                )
-                report.added += len(result.added)
-                report.skipped += len(result.skipped)
-                report.errors += [(chunk[i][0], why) for i, why in result.rejected]
+            # One validation pass per namespace, so id-less repeats are counted across the whole file.
+            turns, rejected = self._validate([data for _, data in rows], namespace, None, None)
+            report.errors += [(rows[i][0], why) for i, why in rejected]
+            if rejected and progress:
+                progress(len(rejected))
+            ns = self.store.namespace_id(namespace, create=True) if turns else None
+            for start in range(0, len(turns), INGEST_BATCH):
+                chunk = turns[start : start + INGEST_BATCH]
+                appended = self.store.append_turns(ns, chunk)  # type: ignore[arg-type]
+                report.added += len(appended.added)
+                report.skipped += len(appended.skipped)
+                self._sync(self.engine, ns, namespace)  # type: ignore[arg-type]
                 if progress:
                     progress(len(chunk))
         report.errors.sort()

@@ -115,3 +115,30 @@ def test_demo_runs_on_the_embedded_default(tmp_path):
     assert "engine hybrid" in r.output and "session_3" in r.output and "18 March, 2024" in r.output
     found, total = (int(x) for x in r.output.split("Evidence recall@5: ")[1].split(" ")[0].split("/"))
     assert total == 10 and found >= 8  # measured 9/10 with MiniLM + BM25 fusion
+
+
+def test_malformed_conversation_files_are_reported(tmp_path):
+    bad_turn = {"conversation": {"session_1": ["just a string"], "session_1_date_time": "today"}}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([bad_turn]))
+    r = cli(tmp_path, "ingest", str(path), "--format", "locomo")
+    assert r.exit_code == 1 and "session_1 turn 1 is a str" in r.output
+    path.write_text("[{not json")
+    r = cli(tmp_path, "ingest", str(path), "--format", "locomo")
+    assert r.exit_code == 1 and "not valid JSON" in r.output
+    not_a_db = tmp_path / "notes.db"
+    not_a_db.write_text("not a database " * 200)
+    r = runner.invoke(app, ["--db", str(not_a_db), "namespaces"])
+    assert r.exit_code == 1 and "cannot open" in r.output and "Traceback" not in r.output
+
+
+def test_locomo_samples_without_ids_get_their_own_namespaces(tmp_path):
+    def sample(text: str) -> dict:
+        return {"conversation": {"session_1": [{"speaker": "A", "dia_id": "D1:1", "text": text}]}}
+
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps([sample("first conversation"), sample("second conversation")]))
+    r = cli(tmp_path, "ingest", str(path))
+    assert r.exit_code == 0 and "added 2 turns" in r.output
+    r = cli(tmp_path, "namespaces", "--json")
+    assert [ns["user_id"] for ns in json.loads(r.output)] == ["sample-0", "sample-1"]

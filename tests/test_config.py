@@ -19,6 +19,8 @@ def test_precedence_defaults_toml_env_arguments(tmp_path, monkeypatch):
 
 
 def test_bad_settings_are_reported(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no ./cuemem.toml or user config file can interfere
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     bad = tmp_path / "bad.toml"
     bad.write_text("engine = [unclosed")
     with pytest.raises(CuememError, match="not valid TOML"):
@@ -30,3 +32,9 @@ def test_bad_settings_are_reported(tmp_path, monkeypatch):
         Settings.load(None)
     with pytest.raises(CuememError, match="does not exist"):
         Settings.load(tmp_path / "missing.toml")
+    monkeypatch.delenv("CUEMEM_K")
+    with pytest.raises(CuememError, match="turn_template"):
+        Settings.load(None, turn_template="{when} {text}")
+    for name in ("rrf_k", "k", "embed_batch_size", "max_turn_bytes"):
+        with pytest.raises(CuememError, match=f"{name} must be >= 1"):
+            Settings.load(None, **{name: 0})

@@ -203,3 +203,15 @@ def test_a_new_embedder_re_embeds_from_the_log(make_memory):
     assert "d3" in all_hit_ids(other, "allergic shellfish")
     models = other.store._query("SELECT model, COUNT(*) FROM vectors GROUP BY model ORDER BY model")
     assert models == [("hashing-256", 4), ("hashing-512", 4)]
+
+
+def test_import_keeps_idless_repeats_across_chunks(make_memory):
+    memory = make_memory("bm25")
+    lines = [json.dumps({"text": "ok", "session_id": "s"})]
+    lines += [json.dumps({"text": f"filler {i}", "session_id": "s"}) for i in range(300)]
+    lines += [json.dumps({"text": "ok", "session_id": "s"})]  # line 302: same words, a later turn
+    report = memory.import_(lines, user_id="u")
+    assert (report.added, report.skipped, report.errors) == (302, 0, [])
+    assert sum(t.text == "ok" for t in memory.turns(user_id="u")) == 2
+    again = memory.import_(lines, user_id="u")  # and importing the file again is still a no-op
+    assert (again.added, again.skipped) == (0, 302)

@@ -34,11 +34,13 @@ class EngineContext:
         return self._embedder
 
     def hits_from_items(self, scored: Sequence[tuple[int, float]], engine: str) -> list[Hit]:
-        """Turn (item id, score) pairs into hits carrying their source turn ids and token counts."""
+        """Turn (item id, score) pairs into hits carrying their source turn ids and token counts; an item
+        without a live source turn is never returned (every hit has provenance, DESIGN.md promise 3)."""
         items = self.store.get_items(self.ns, [i for i, _ in scored])
         return [
             Hit(text=it.text, score=s, turn_ids=it.turn_ids, tokens=it.tokens, engine=engine, detail=it.meta)
             for it, s in ((items[i], s) for i, s in scored if i in items)
+            if it.turn_ids
         ]
 
 

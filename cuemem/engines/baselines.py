@@ -12,7 +12,7 @@ import numpy as np
 
 from ..index.dense import embed_texts_cached
 from ..index.fusion import reciprocal_rank_fusion
-from ..index.live import bm25_index, dense_index
+from ..index.live import bm25_search, dense_search
 from ..types import Hit, Turn
 from .base import EngineContext
 
@@ -105,7 +105,7 @@ class BM25Engine:
         index_turns(ctx, turns)
 
     def ranked(self, ctx: EngineContext, query: str, depth: int) -> list[tuple[int, float]]:
-        return bm25_index(ctx.store, ctx.ns, TURN_SPACE).search(query, depth)
+        return bm25_search(ctx.store, ctx.ns, TURN_SPACE, query, depth)
 
     def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
         return ctx.hits_from_items(self.ranked(ctx, query, k), self.name)
@@ -122,9 +122,8 @@ class DenseEngine:
         embed_missing(ctx, TURN_SPACE)
 
     def ranked(self, ctx: EngineContext, query: str, depth: int) -> list[tuple[int, float]]:
-        index = dense_index(ctx.store, ctx.ns, TURN_SPACE, ctx.embedder.name)
         query_vector = ctx.embedder.embed([query])[0]
-        return index.search(np.asarray(query_vector), depth)
+        return dense_search(ctx.store, ctx.ns, TURN_SPACE, ctx.embedder.name, np.asarray(query_vector), depth)
 
     def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
         return ctx.hits_from_items(self.ranked(ctx, query, k), self.name)

@@ -6,12 +6,12 @@ store; this matrix is a cache grown by appending rows and rebuilt when the names
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from ..embed.base import Embedder
+from ..store.sqlite import text_hash
 from .bm25 import top_k
 
 
@@ -50,10 +50,6 @@ class DenseIndex:
             return []
         scores = matrix @ np.asarray(query_vector, dtype=np.float32).reshape(-1)
         return top_k(scores, k, self.keys, positive_only=False)
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
 def embed_texts_cached(

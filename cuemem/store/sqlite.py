@@ -7,6 +7,7 @@ with the turns they came from, so a deleted turn can never come back from any en
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import threading
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import TurnNotFoundError, UnknownNamespaceError
+from ..errors import CuememError, TurnNotFoundError, UnknownNamespaceError
 from ..types import Namespace, Turn
 
 SCHEMA_VERSION = 1
@@ -27,7 +28,7 @@ SCHEMA_VERSION = 1
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS namespaces(
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     user_id TEXT NOT NULL,
     agent_id TEXT NOT NULL DEFAULT '',
     run_id TEXT NOT NULL DEFAULT '',
@@ -121,6 +122,16 @@ CREATE TABLE IF NOT EXISTS history(
 CREATE INDEX IF NOT EXISTS history_by_ns ON history(ns, id);
 """
 
+
+class StoreError(CuememError):
+    """The store file cannot be opened or written (not a cuemem store, locked, disk full ...)."""
+
+
+def text_hash(text: str) -> str:
+    """The key of the embedding cache: SHA-1 of the exact text embedded."""
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
 # Every derived table keyed by namespace; items' dependants cascade through foreign keys.
 DERIVED_TABLES = ("items", "kv", "embed_cache", "watermarks")
 
@@ -152,11 +163,11 @@ class SQLiteStore:
         self.path = Path(path) if str(path) != ":memory:" else Path(":memory:")
         if str(self.path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None, check_same_thread=False)
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()  # guards the connection and the in-memory indexes in `cache`
         self._depth = 0
-        self.cache: dict[Any, Any] = {}  # in-memory indexes built from this store (see index/)
-        with self._lock:
+        self.cache: dict[Any, Any] = {}  # in-memory indexes built from this store (see index/live.py)
+        try:
+            self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None, check_same_thread=False)
             self._conn.execute("PRAGMA journal_mode=WAL")
             # FULL: a commit is on disk before add() returns, so acknowledged turns survive a crash.
             self._conn.execute("PRAGMA synchronous=FULL")
@@ -166,10 +177,12 @@ class SQLiteStore:
             self._conn.execute(
                 "INSERT OR IGNORE INTO meta(key, value) VALUES('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open {self.path} as a cuemem store: {exc}") from exc
 
     # ------------------------------------------------------------------ plumbing
     def close(self) -> None:
-        with self._lock:
+        with self.lock:
             self._conn.close()
 
     def __enter__(self) -> SQLiteStore:
@@ -180,25 +193,37 @@ class SQLiteStore:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction (BEGIN IMMEDIATE); nested calls join the outer one."""
-        with self._lock:
-            if self._depth == 0:
-                self._conn.execute("BEGIN IMMEDIATE")
+        """A write transaction (BEGIN IMMEDIATE). A nested call is a savepoint: if it fails, only its own
+        writes are undone, whether or not the caller goes on."""
+        with self.lock:
+            depth = self._depth
+            try:
+                self._conn.execute("BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT sp{depth}")
+            except sqlite3.OperationalError as exc:
+                raise StoreError(f"cannot write to {self.path}: {exc}") from exc
             self._depth += 1
             try:
                 yield self._conn
             except BaseException:
-                self._depth -= 1
-                if self._depth == 0:
+                self._depth = depth
+                if depth == 0:
                     self._conn.execute("ROLLBACK")
+                else:
+                    self._conn.execute(f"ROLLBACK TO sp{depth}")
+                    self._conn.execute(f"RELEASE sp{depth}")
                 raise
-            else:
-                self._depth -= 1
-                if self._depth == 0:
-                    self._conn.execute("COMMIT")
+            self._depth = depth
+            if depth > 0:
+                self._conn.execute(f"RELEASE sp{depth}")
+                return
+            try:
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._conn.execute("ROLLBACK")
+                raise StoreError(f"could not commit to {self.path}: {exc}") from exc
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
+        with self.lock:
             return self._conn.execute(sql, params).fetchall()
 
     def integrity_check(self) -> str:
@@ -355,10 +380,9 @@ class SQLiteStore:
                         (*ichunk, *chunk),
                     ).fetchone()[0]
                     partial = partial or survivors > 0
-                    c.execute(
-                        f"DELETE FROM embed_cache WHERE ns=? AND text_hash IN"
-                        f" (SELECT text_hash FROM vectors WHERE item IN ({imarks}))",
-                        (ns, *ichunk),
+                    texts = c.execute(f"SELECT text FROM items WHERE ns=? AND id IN ({imarks})", (ns, *ichunk))
+                    c.executemany(
+                        "DELETE FROM embed_cache WHERE ns=? AND text_hash=?", [(ns, text_hash(t)) for (t,) in texts]
                     )
                     c.execute(f"DELETE FROM items WHERE ns=? AND id IN ({imarks})", (ns, *ichunk))
                 c.execute(f"DELETE FROM turns WHERE ns=? AND seq IN ({marks})", (ns, *chunk))
@@ -376,7 +400,7 @@ class SQLiteStore:
             for table in DERIVED_TABLES:
                 c.execute(f"DELETE FROM {table} WHERE ns=?", (ns,))
             c.execute("DELETE FROM turns WHERE ns=?", (ns,))
-            c.execute("DELETE FROM epochs WHERE ns=?", (ns,))
+            self._bump_epoch(c, ns)
             c.execute("DELETE FROM history WHERE ns=?", (ns,))
             c.execute("DELETE FROM namespaces WHERE id=?", (ns,))
             # The record of the deletion names no user: only that a namespace and how many turns went.
@@ -398,9 +422,18 @@ class SQLiteStore:
     def put_items(
         self, ns: int, space: str, rows: Sequence[tuple[str, str, dict[str, Any], Sequence[int], int]]
     ) -> None:
-        """Insert (key, text, meta, source turn seqs, token count) items; an existing key is kept (idempotent)."""
+        """Insert (key, text, meta, source turn seqs, token count) items; an existing key is kept (idempotent),
+        and an item whose source turns are not all in the log (deleted meanwhile) is not created."""
         with self.transaction() as c:
             for key, text, meta, seqs, tokens in rows:
+                wanted = sorted(set(seqs))
+                if wanted:
+                    marks = ",".join("?" * len(wanted))
+                    alive = c.execute(
+                        f"SELECT COUNT(*) FROM turns WHERE ns=? AND seq IN ({marks})", (ns, *wanted)
+                    ).fetchone()[0]
+                    if alive != len(wanted):
+                        continue
                 cur = c.execute(
                     "INSERT OR IGNORE INTO items(ns, space, key, text, meta, tokens) VALUES(?,?,?,?,?,?)",
                     (ns, space, key, text, json.dumps(meta, ensure_ascii=False), tokens),
@@ -438,8 +471,8 @@ class SQLiteStore:
                 out[item_id] = Item(item_id, key, text, json.loads(meta), [], tokens)
             for item_id, turn_id in self._query(
                 f"SELECT it.item, t.turn_id FROM item_turns it JOIN turns t ON t.seq = it.turn_seq"
-                f" WHERE it.ns=? AND t.ns=? AND it.item IN ({marks}) ORDER BY t.seq",
-                (ns, ns, *chunk),
+                f" WHERE it.item IN ({marks}) AND +it.ns=? AND t.ns=? ORDER BY t.seq",  # +: drive by item id
+                (*chunk, ns, ns),
             ):
                 if item_id in out:
                     out[item_id].turn_ids.append(turn_id)
@@ -464,16 +497,18 @@ class SQLiteStore:
     def put_vectors(self, ns: int, space: str, model: str, rows: Sequence[tuple[int, str, np.ndarray]]) -> None:
         """Store (item id, text hash, vector) rows, and remember each vector in the embedding cache."""
         with self.transaction() as c:
-            for item_id, text_hash, vec in rows:
+            for item_id, digest, vec in rows:
                 blob = np.asarray(vec, dtype=np.float32).tobytes()
-                c.execute(
-                    "INSERT OR IGNORE INTO vectors(item, ns, space, model, text_hash, vec) VALUES(?,?,?,?,?,?)",
-                    (item_id, ns, space, model, text_hash, blob),
+                cur = c.execute(  # nothing is written for an item deleted while it was being embedded
+                    "INSERT OR IGNORE INTO vectors(item, ns, space, model, text_hash, vec)"
+                    " SELECT id, ns, ?, ?, ?, ? FROM items WHERE id=? AND ns=?",
+                    (space, model, digest, blob, item_id, ns),
                 )
-                c.execute(
-                    "INSERT OR IGNORE INTO embed_cache(ns, model, text_hash, vec) VALUES(?,?,?,?)",
-                    (ns, model, text_hash, blob),
-                )
+                if cur.rowcount:
+                    c.execute(
+                        "INSERT OR IGNORE INTO embed_cache(ns, model, text_hash, vec) VALUES(?,?,?,?)",
+                        (ns, model, digest, blob),
+                    )
 
     def vectors_after(self, ns: int, space: str, model: str, after_id: int) -> list[tuple[int, int, bytes]]:
         """(vector row id, item id, float32 bytes) newer than `after_id`: feeds the in-memory dense index."""
@@ -546,8 +581,9 @@ class SQLiteStore:
         )
 
     def drop_cached(self, ns: int) -> None:
-        for key in [k for k in self.cache if isinstance(k, tuple) and len(k) > 1 and k[1] == ns]:
-            del self.cache[key]
+        with self.lock:
+            for key in [k for k in self.cache if isinstance(k, tuple) and len(k) > 1 and k[1] == ns]:
+                del self.cache[key]
 
     # ------------------------------------------------------------------ history
     def _log(self, c: sqlite3.Connection, ns: int | None, op: str, detail: dict[str, Any]) -> None:

@@ -1,0 +1,121 @@
+"""The store's own guarantees: races between deletes and indexing, concurrent searches, transactions,
+namespace ids, durability settings and clear errors on files that are not stores."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import TRIP
+
+from cuemem import CuememError, Memory
+from cuemem.embed import HashingEmbedder
+from cuemem.engines.baselines import TURN_SPACE, BM25Engine
+from cuemem.store.sqlite import SQLiteStore, StoreError
+
+
+def test_commits_are_durable_and_wal():
+    store = SQLiteStore(":memory:")
+    assert store._query("PRAGMA foreign_keys")[0][0] == 1
+    file_store = SQLiteStore(Path(__file__).parent / ".." / ".pytest_cache" / "durable.db")
+    assert file_store._query("PRAGMA journal_mode")[0][0] == "wal"
+    assert file_store._query("PRAGMA synchronous")[0][0] == 2  # FULL
+    file_store.close()
+
+
+def test_a_delete_racing_the_indexer_never_resurrects_a_turn(make_memory):
+    memory = make_memory("bm25")
+    namespace = memory.namespace("maya")
+    ns = memory.store.namespace_id(namespace, create=True)
+    from cuemem.types import Turn
+
+    memory.store.append_turns(ns, [Turn(id="x", text="the secret hotel code is 4512")])
+    snapshot = list(memory.store.iter_turns(ns))  # the indexer has read the turn ...
+    memory.store.delete_turns(ns, ["x"])  # ... a delete lands ...
+    BM25Engine().ingest(memory._context(ns, namespace), snapshot)  # ... and the indexer writes
+    assert memory.store._query("SELECT COUNT(*) FROM items")[0][0] == 0
+    # The same for vectors of an item deleted while it was being embedded.
+    memory.add({"id": "y", "text": "another turn"}, user_id="maya")
+    item = memory.store.item_ids(ns, TURN_SPACE, ["y"])["y"]
+    memory.store.delete_turns(ns, ["y"])
+    memory.store.put_vectors(ns, TURN_SPACE, "m", [(item, "h", np.ones(3, dtype=np.float32))])
+    assert memory.store._query("SELECT COUNT(*) FROM vectors")[0][0] == 0
+    assert memory.store._query("SELECT COUNT(*) FROM embed_cache")[0][0] == 0
+
+
+def test_a_partially_deleted_item_is_removed_and_engines_replay(make_memory):
+    memory = make_memory("bm25")
+    memory.add(TRIP, user_id="maya")
+    ns = memory.store.namespace_id(memory.namespace("maya"))
+    seqs = [t.seq for t in memory.turns(user_id="maya")]
+    memory.store.put_items(ns, "window", [("w1", "a window over d1 and d2", {}, seqs[:2], 5)])
+    assert memory.store.watermark(ns, "bm25") == seqs[-1]
+    memory.delete("d1", user_id="maya")
+    assert memory.store._query("SELECT COUNT(*) FROM items WHERE space='window'")[0][0] == 0
+    assert memory.store.watermark(ns, "bm25") == 0  # engines re-derive from the surviving turns
+    assert set(memory.search("hotel euros night", user_id="maya", k=10).turn_ids) == {"d2"}
+    assert memory.store.watermark(ns, "bm25") == seqs[-1]
+
+
+def test_concurrent_searches_and_adds_stay_consistent(make_memory):
+    memory = make_memory("hybrid")
+    memory.add(TRIP, user_id="maya")
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def searcher() -> None:
+        try:
+            while not stop.is_set():
+                ids = memory.search("hotel night turn", user_id="maya", k=100).turn_ids
+                assert len(ids) == len(set(ids)), ids
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=searcher) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for i in range(60):
+        memory.add({"id": f"n{i}", "text": f"turn {i} about the hotel night"}, user_id="maya")
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    ns = memory.store.namespace_id(memory.namespace("maya"))
+    bm25 = memory.store.cache[("bm25", ns, TURN_SPACE)]["index"]
+    assert len(bm25) == len(set(bm25.keys)) == 64  # no row was added twice
+
+
+def test_a_new_namespace_never_inherits_a_stale_cache(tmp_path):
+    path = tmp_path / "shared.db"
+    with Memory(path, engine="bm25", embedder=HashingEmbedder()) as a, Memory(path, engine="bm25") as b:
+        a.add(TRIP, user_id="old")
+        assert a.search("hotel", user_id="old").turn_ids  # `a` caches the namespace's index
+        b.delete_all(user_id="old")
+        b.add({"id": "z", "text": "a hotel in Porto"}, user_id="new")
+        assert b.store.namespace_id(b.namespace("new")) != 1  # ids are never reused
+        assert a.search("hotel", user_id="new", k=10).turn_ids == ["z"]
+
+
+def test_nested_transaction_failure_undoes_only_its_own_writes(make_memory):
+    store = make_memory("bm25").store
+    with store.transaction() as c:
+        c.execute("INSERT INTO meta(key, value) VALUES('outer', '1')")
+        with pytest.raises(RuntimeError), store.transaction() as inner:
+            inner.execute("INSERT INTO meta(key, value) VALUES('inner', '1')")
+            raise RuntimeError("boom")
+    keys = {k for (k,) in store._query("SELECT key FROM meta")}
+    assert "outer" in keys and "inner" not in keys
+    with store.transaction() as c:  # the connection is usable afterwards
+        c.execute("INSERT INTO meta(key, value) VALUES('after', '1')")
+
+
+def test_a_file_that_is_not_a_store_gets_a_clear_error(tmp_path):
+    bogus = tmp_path / "notes.txt"
+    bogus.write_text("these are my notes, not a database " * 100)
+    with pytest.raises(StoreError, match=r"cannot open .* as a cuemem store"):
+        SQLiteStore(bogus)
+    with pytest.raises(CuememError):
+        Memory(bogus)
+    assert bogus.read_text().startswith("these are my notes")  # and it is left as it was
