@@ -119,3 +119,37 @@ def test_a_file_that_is_not_a_store_gets_a_clear_error(tmp_path):
     with pytest.raises(CuememError):
         Memory(bogus)
     assert bogus.read_text().startswith("these are my notes")  # and it is left as it was
+
+
+def _plans_of(memory, action) -> list[tuple[str, str]]:
+    statements: list[str] = []
+    memory.store._conn.set_trace_callback(statements.append)
+    try:
+        action()
+    finally:
+        memory.store._conn.set_trace_callback(None)
+    out = []
+    for sql in statements:
+        if sql.lstrip().upper().startswith(("SELECT", "DELETE", "INSERT")):
+            plan = " | ".join(row[3] for row in memory.store._query("EXPLAIN QUERY PLAN " + sql))
+            out.append((sql, plan))
+    return out
+
+
+@pytest.mark.parametrize("engine", ["bm25", "dense", "hybrid"])
+def test_hot_paths_never_scan_a_whole_namespace(make_memory, engine):
+    """Every statement of a warm search, an add and a delete must find its rows by a key beyond the namespace:
+    a plan that walks all of a namespace's rows makes each call O(history) (it happened twice; BENCHMARKS.md)."""
+    memory = make_memory(engine)
+    memory.add([{"id": f"t{i}", "text": f"turn {i} hotel"} for i in range(50)], user_id="maya")
+    memory.search("hotel", user_id="maya")  # warm: in-memory indexes built
+    plans = _plans_of(memory, lambda: memory.search("hotel turn 7", user_id="maya", budget_tokens=500))
+    plans += _plans_of(memory, lambda: memory.add({"id": "new", "text": "one more hotel"}, user_id="maya"))
+    plans += _plans_of(memory, lambda: memory.delete("t3", user_id="maya"))
+    assert len(plans) > 10
+    for sql, plan in plans:
+        if sql.startswith("SELECT COUNT(*) FROM turns t WHERE t.ns = n.id"):
+            continue  # namespaces(): counting a namespace is O(its size) by nature
+        assert "SCAN" not in plan or "SCAN CONSTANT ROW" in plan, (sql, plan)
+        for prefix_only in ("(ns=?)", "(ns=? AND space=?)", "(ns=? AND space=? AND model=?)"):
+            assert prefix_only not in plan, (sql, plan)

@@ -52,10 +52,11 @@ def index_turns(ctx: EngineContext, turns: Sequence[Turn]) -> None:
     )
 
 
-def embed_missing(ctx: EngineContext, space: str) -> None:
-    """Embed every item of `space` that has no vector from the current embedder, using the text-hash cache."""
+def embed_missing(ctx: EngineContext, space: str, keys: Sequence[str]) -> None:
+    """Embed those items of `space` (by key) that have no vector from the current embedder, via the cache."""
     embedder = ctx.embedder
-    todo = ctx.store.items_without_vectors(ctx.ns, space, embedder.name)
+    item_ids = ctx.store.item_ids(ctx.ns, space, keys).values()
+    todo = ctx.store.items_without_vectors(ctx.ns, embedder.name, list(item_ids))
     if not todo:
         return
     hashes, vectors = embed_texts_cached(
@@ -119,7 +120,7 @@ class DenseEngine:
 
     def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
         index_turns(ctx, turns)
-        embed_missing(ctx, TURN_SPACE)
+        embed_missing(ctx, TURN_SPACE, [t.id for t in turns])
 
     def ranked(self, ctx: EngineContext, query: str, depth: int) -> list[tuple[int, float]]:
         query_vector = ctx.embedder.embed([query])[0]

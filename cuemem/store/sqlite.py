@@ -101,7 +101,7 @@ CREATE TABLE IF NOT EXISTS embed_cache(
     model TEXT NOT NULL,
     text_hash TEXT NOT NULL,
     vec BLOB NOT NULL,
-    PRIMARY KEY(ns, model, text_hash)
+    PRIMARY KEY(ns, text_hash, model)
 );
 -- How far each engine has ingested each namespace's log (crash-safe catch-up).
 CREATE TABLE IF NOT EXISTS watermarks(
@@ -340,7 +340,7 @@ class SQLiteStore:
         for chunk in _chunks(seqs, 500):
             marks = ",".join("?" * len(chunk))
             for seq, tid in self._query(
-                f"SELECT seq, turn_id FROM turns WHERE ns=? AND seq IN ({marks})", (ns, *chunk)
+                f"SELECT seq, turn_id FROM turns WHERE +ns=? AND seq IN ({marks})", (ns, *chunk)
             ):
                 out[seq] = tid
         return out
@@ -380,12 +380,12 @@ class SQLiteStore:
                         (*ichunk, *chunk),
                     ).fetchone()[0]
                     partial = partial or survivors > 0
-                    texts = c.execute(f"SELECT text FROM items WHERE ns=? AND id IN ({imarks})", (ns, *ichunk))
+                    texts = c.execute(f"SELECT text FROM items WHERE +ns=? AND id IN ({imarks})", (ns, *ichunk))
                     c.executemany(
                         "DELETE FROM embed_cache WHERE ns=? AND text_hash=?", [(ns, text_hash(t)) for (t,) in texts]
                     )
-                    c.execute(f"DELETE FROM items WHERE ns=? AND id IN ({imarks})", (ns, *ichunk))
-                c.execute(f"DELETE FROM turns WHERE ns=? AND seq IN ({marks})", (ns, *chunk))
+                    c.execute(f"DELETE FROM items WHERE +ns=? AND id IN ({imarks})", (ns, *ichunk))
+                c.execute(f"DELETE FROM turns WHERE +ns=? AND seq IN ({marks})", (ns, *chunk))
             if partial:
                 c.execute("DELETE FROM watermarks WHERE ns=?", (ns,))
             self._bump_epoch(c, ns)
@@ -430,7 +430,7 @@ class SQLiteStore:
                 if wanted:
                     marks = ",".join("?" * len(wanted))
                     alive = c.execute(
-                        f"SELECT COUNT(*) FROM turns WHERE ns=? AND seq IN ({marks})", (ns, *wanted)
+                        f"SELECT COUNT(*) FROM turns WHERE +ns=? AND seq IN ({marks})", (ns, *wanted)
                     ).fetchone()[0]
                     if alive != len(wanted):
                         continue
@@ -466,12 +466,13 @@ class SQLiteStore:
         for chunk in _chunks(list(ids), 500):
             marks = ",".join("?" * len(chunk))
             for item_id, key, text, meta, tokens in self._query(
-                f"SELECT id, key, text, meta, tokens FROM items WHERE ns=? AND id IN ({marks})", (ns, *chunk)
+                f"SELECT id, key, text, meta, tokens FROM items WHERE +ns=? AND id IN ({marks})", (ns, *chunk)
             ):
                 out[item_id] = Item(item_id, key, text, json.loads(meta), [], tokens)
             for item_id, turn_id in self._query(
-                f"SELECT it.item, t.turn_id FROM item_turns it JOIN turns t ON t.seq = it.turn_seq"
-                f" WHERE it.item IN ({marks}) AND +it.ns=? AND t.ns=? ORDER BY t.seq",  # +: drive by item id
+                # CROSS JOIN and unary +: look up by item id, then turn seq, never scan the namespace.
+                f"SELECT it.item, t.turn_id FROM item_turns it CROSS JOIN turns t ON t.seq = it.turn_seq"
+                f" WHERE it.item IN ({marks}) AND +it.ns=? AND +t.ns=? ORDER BY t.seq",
                 (*chunk, ns, ns),
             ):
                 if item_id in out:
@@ -487,12 +488,17 @@ class SQLiteStore:
         )
 
     # ------------------------------------------------------------------ vectors and the embedding cache
-    def items_without_vectors(self, ns: int, space: str, model: str) -> list[tuple[int, str]]:
-        return self._query(
-            "SELECT i.id, i.text FROM items i WHERE i.ns=? AND i.space=? AND NOT EXISTS"
-            " (SELECT 1 FROM vectors v WHERE v.item = i.id AND v.model=?) ORDER BY i.id",
-            (ns, space, model),
-        )
+    def items_without_vectors(self, ns: int, model: str, item_ids: Sequence[int]) -> list[tuple[int, str]]:
+        """(id, text) of those of the given items that have no vector from `model` yet."""
+        out: list[tuple[int, str]] = []
+        for chunk in _chunks(sorted(set(item_ids)), 500):
+            marks = ",".join("?" * len(chunk))
+            out += self._query(
+                f"SELECT i.id, i.text FROM items i WHERE i.id IN ({marks}) AND +i.ns=? AND NOT EXISTS"
+                " (SELECT 1 FROM vectors v WHERE v.item = i.id AND v.model=?) ORDER BY i.id",
+                (*chunk, ns, model),
+            )
+        return out
 
     def put_vectors(self, ns: int, space: str, model: str, rows: Sequence[tuple[int, str, np.ndarray]]) -> None:
         """Store (item id, text hash, vector) rows, and remember each vector in the embedding cache."""
@@ -501,7 +507,7 @@ class SQLiteStore:
                 blob = np.asarray(vec, dtype=np.float32).tobytes()
                 cur = c.execute(  # nothing is written for an item deleted while it was being embedded
                     "INSERT OR IGNORE INTO vectors(item, ns, space, model, text_hash, vec)"
-                    " SELECT id, ns, ?, ?, ?, ? FROM items WHERE id=? AND ns=?",
+                    " SELECT id, ns, ?, ?, ?, ? FROM items WHERE id=? AND +ns=?",
                     (space, model, digest, blob, item_id, ns),
                 )
                 if cur.rowcount:
