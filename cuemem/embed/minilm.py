@@ -55,8 +55,9 @@ class MiniLMEmbedder:
         model = self._load()
         import torch
 
-        # A query or two runs on one thread: waking the intra-op pool after idle cost more than it saved
-        # (search p95 56-104 ms -> 14 ms measured on 2 cores, BENCHMARKS.md). Batches use every core.
+        # A query or two runs on one torch thread: right after numpy's BLAS threads (a dense search), torch's
+        # 2-thread pool contends with them, p95 91 ms vs 13 ms on one (benchmarks/embedder.py, BENCHMARKS.md).
+        # Batches use every core.
         small = len(texts) <= 4
         with self._lock if small else contextlib.nullcontext():
             threads = torch.get_num_threads()
