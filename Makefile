@@ -29,7 +29,9 @@ lint: setup
 	$(VENV)/bin/ruff check cuemem tests benchmarks
 
 bench-perf: setup
-	$(PY) benchmarks/perf.py --turns 5000 --sizes 10000,100000 --out bench-out/perf.json
+	$(PY) benchmarks/perf.py --turns 5000 --sizes 10000,100000 --queries 200 --out bench-out/perf.json
+	$(PY) benchmarks/embedder.py --out bench-out/embedder.json
+	$(PY) benchmarks/render.py bench-out/perf.json
 
 clean:
 	rm -rf $(VENV) bench-out .pytest_cache .ruff_cache
