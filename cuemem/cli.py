@@ -161,9 +161,7 @@ def ingest(
 ) -> None:
     """Ingest a conversation file; bad lines are reported with their numbers and every good line is kept."""
     if file_format == "auto":
-        with path.open("rb") as fh:
-            head = fh.read(4096).lstrip()
-        file_format = "locomo" if head[:1] in (b"[", b"{") and b'"conversation"' in head else "jsonl"
+        file_format = sniff_format(path)
     summary: dict[str, Any] = {"added": 0, "skipped": 0, "errors": []}
     with _memory() as memory:
         if file_format == "locomo":
@@ -191,13 +189,37 @@ def ingest(
     _report(summary, as_json)
 
 
+def sniff_format(path: Path) -> str:
+    """ "locomo" when the file is one JSON document (a list of samples, or a sample with a "conversation"),
+    else "jsonl". Only a file that starts like JSON is parsed whole; a JSONL file fails at its second line."""
+    with path.open("rb") as fh:
+        head = fh.read(64).lstrip()
+    if head[:1] == b"[":
+        return "locomo"
+    if head[:1] == b"{":
+        try:
+            data = json.loads(path.read_bytes())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return "jsonl"
+        return "locomo" if isinstance(data, dict) and "conversation" in data else "jsonl"
+    return "jsonl"
+
+
+SHOWN_ERRORS = 20
+
+
 def _report(summary: dict[str, Any], as_json: bool) -> None:
     if as_json:
         console.print_json(data=summary)
     else:
         console.print(f"added {summary['added']} turns, {summary['skipped']} already stored")
-        for where, why in summary["errors"]:
+        errors = summary["errors"]
+        for where, why in errors[:SHOWN_ERRORS]:
             err.print(f"[yellow]rejected[/yellow] {where}: {why}", highlight=False)
+        if len(errors) > SHOWN_ERRORS:
+            err.print(f"... and {len(errors) - SHOWN_ERRORS:,} more rejected (--json lists them all)")
+        if errors:
+            err.print(f"{len(errors):,} rejected in all; every other line was kept")
     if summary["errors"]:
         raise typer.Exit(1)
 

@@ -142,3 +142,25 @@ def test_locomo_samples_without_ids_get_their_own_namespaces(tmp_path):
     assert r.exit_code == 0 and "added 2 turns" in r.output
     r = cli(tmp_path, "namespaces", "--json")
     assert [ns["user_id"] for ns in json.loads(r.output)] == ["sample-0", "sample-1"]
+
+
+def test_auto_format_reads_pretty_printed_locomo_and_caps_error_listings(tmp_path):
+    """LoCoMo's file is indented JSON whose first key is a long "qa" list: it must not be read as JSONL."""
+    sample = {
+        "qa": [{"question": f"question {i}?", "answer": "a", "evidence": ["D1:1"], "category": 4} for i in range(200)],
+        "conversation": {"session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hello there"}]},
+        "sample_id": "conv-p",
+    }
+    path = tmp_path / "pretty.json"
+    path.write_text(json.dumps([sample], indent=4))
+    r = cli(tmp_path, "ingest", str(path))
+    assert r.exit_code == 0 and "added 1 turns" in r.output
+    one = tmp_path / "one.json"  # a single sample object, also indented
+    one.write_text(json.dumps({**sample, "sample_id": "conv-q"}, indent=2))
+    assert cli(tmp_path, "ingest", str(one)).exit_code == 0
+    noise = tmp_path / "noise.jsonl"
+    noise.write_text("\n".join(["{bad"] * 100 + ['{"id": "ok", "text": "kept"}']))
+    r = cli(tmp_path, "ingest", str(noise), "-u", "n")
+    assert r.exit_code == 1 and "added 1 turns" in r.output
+    listed = [line for line in r.output.splitlines() if line.startswith("rejected ")]
+    assert len(listed) == 20 and "80 more rejected" in r.output and "100 rejected in all" in r.output
