@@ -21,7 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -71,6 +73,16 @@ def turns_for(n: int) -> list[dict]:
 
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def p50_p95(search: Callable[[Any], object], queries: Iterable[Any]) -> tuple[float, float]:
+    """Median and 95th-percentile milliseconds of `search(q)` over the queries."""
+    lat = []
+    for q in queries:
+        start = time.perf_counter()
+        search(q)
+        lat.append((time.perf_counter() - start) * 1000)
+    return percentile(lat, 50), percentile(lat, 95)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -162,28 +174,18 @@ def phase_backends(n: int, queries: int) -> dict:
     for i, text in enumerate(texts):
         index.add(i, text)
     out["bm25_build_s"] = time.perf_counter() - start
-    lat = []
-    for q in qs:
-        s = time.perf_counter()
-        index.search(q, 10)
-        lat.append((time.perf_counter() - s) * 1000)
-    out["bm25_memory_p50_ms"], out["bm25_memory_p95_ms"] = percentile(lat, 50), percentile(lat, 95)
+    out["bm25_memory_p50_ms"], out["bm25_memory_p95_ms"] = p50_p95(lambda q: index.search(q, 10), qs)
 
     con = sqlite3.connect(":memory:")
     con.execute("CREATE VIRTUAL TABLE f USING fts5(text, ns UNINDEXED)")
     start = time.perf_counter()
     con.executemany("INSERT INTO f(rowid, text, ns) VALUES(?,?,1)", list(enumerate(texts)))
     out["fts5_build_s"] = time.perf_counter() - start
-    lat = []
-    for q in qs:
-        terms = " OR ".join(f'"{w}"' for w in set(analyze(q)))
-        s = time.perf_counter()
-        if terms:
-            con.execute(
-                "SELECT rowid, bm25(f) FROM f WHERE f MATCH ? AND ns = 1 ORDER BY bm25(f) LIMIT 10", (terms,)
-            ).fetchall()
-        lat.append((time.perf_counter() - s) * 1000)
-    out["fts5_p50_ms"], out["fts5_p95_ms"] = percentile(lat, 50), percentile(lat, 95)
+    fts_sql = "SELECT rowid, bm25(f) FROM f WHERE f MATCH ? AND ns = 1 ORDER BY bm25(f) LIMIT 10"
+    fts_queries = [" OR ".join(f'"{w}"' for w in set(analyze(q))) for q in qs]
+    out["fts5_p50_ms"], out["fts5_p95_ms"] = p50_p95(
+        lambda terms: con.execute(fts_sql, (terms,)).fetchall(), [t for t in fts_queries if t]
+    )
 
     # Dense: a cached numpy matrix vs sqlite-vec's vec0 (brute force, namespace as a partition key).
     vecs = np.random.default_rng(3).standard_normal((n, 384)).astype(np.float32)
@@ -194,12 +196,7 @@ def phase_backends(n: int, queries: int) -> dict:
     for i in range(n):
         dense.add(i, vecs[i])
     dense.matrix()
-    lat = []
-    for q in qv:
-        s = time.perf_counter()
-        dense.search(q, 10)
-        lat.append((time.perf_counter() - s) * 1000)
-    out["numpy_p50_ms"], out["numpy_p95_ms"] = percentile(lat, 50), percentile(lat, 95)
+    out["numpy_p50_ms"], out["numpy_p95_ms"] = p50_p95(lambda q: dense.search(q, 10), qv)
     try:
         import sqlite_vec
 
@@ -215,14 +212,10 @@ def phase_backends(n: int, queries: int) -> dict:
         con.executemany("INSERT INTO v(rowid, ns, embedding) VALUES(?, 1, ?)", rows)
         con.execute("COMMIT")
         out["sqlite_vec_build_s"] = time.perf_counter() - start
-        lat = []
-        for q in qv:
-            s = time.perf_counter()
-            con.execute(
-                "SELECT rowid, distance FROM v WHERE embedding MATCH ? AND k = 10 AND ns = 1", (q.tobytes(),)
-            ).fetchall()
-            lat.append((time.perf_counter() - s) * 1000)
-        out["sqlite_vec_p50_ms"], out["sqlite_vec_p95_ms"] = percentile(lat, 50), percentile(lat, 95)
+        knn = "SELECT rowid, distance FROM v WHERE embedding MATCH ? AND k = 10 AND ns = 1"
+        out["sqlite_vec_p50_ms"], out["sqlite_vec_p95_ms"] = p50_p95(
+            lambda q: con.execute(knn, (q.tobytes(),)).fetchall(), qv
+        )
         out["sqlite_vec_version"] = con.execute("SELECT vec_version()").fetchall()[0][0]
     except (ImportError, AttributeError, RuntimeError) as exc:
         out["sqlite_vec_error"] = f"{type(exc).__name__}: {exc}"

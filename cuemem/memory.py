@@ -129,6 +129,12 @@ class Memory:
     def namespace(user_id: str, agent_id: str | None = None, run_id: str | None = None) -> Namespace:
         return Namespace(user_id, agent_id, run_id)
 
+    def _targets(self, user_id: str | None, agent_id: str | None, run_id: str | None) -> list[Namespace]:
+        """The one namespace named, or every namespace when no user_id is given."""
+        if user_id is not None:
+            return [Namespace(user_id, agent_id, run_id)]
+        return [namespace for namespace, _ in self.store.namespaces()]
+
     # ------------------------------------------------------------------ writing
     def add(
         self,
@@ -333,10 +339,7 @@ class Memory:
         progress: Callable[[int], None] | None = None,
     ) -> int:
         """Drop derived indexes and rebuild them from the raw log (one namespace, or all when no user_id)."""
-        if user_id is not None:
-            targets = [Namespace(user_id, agent_id, run_id)]
-        else:
-            targets = [namespace for namespace, _ in self.store.namespaces()]
+        targets = self._targets(user_id, agent_id, run_id)
         total = 0
         for namespace in targets:
             ns = self.store.namespace_id(namespace)
@@ -354,10 +357,7 @@ class Memory:
         run_id: str | None = None,
     ) -> int:
         """Write the raw log (one namespace, or all) as JSONL, one turn a line; derived indexes are rebuilt."""
-        if user_id is not None:
-            targets = [Namespace(user_id, agent_id, run_id)]
-        else:
-            targets = [namespace for namespace, _ in self.store.namespaces()]
+        targets = self._targets(user_id, agent_id, run_id)
         count = 0
         for namespace in targets:
             ns = self.store.namespace_id(namespace)

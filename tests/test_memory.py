@@ -75,7 +75,14 @@ def test_delete_leaves_no_derived_rows(make_memory):
     memory = make_memory("hybrid")
     memory.add(TRIP, user_id="maya")
     memory.search("hotel", user_id="maya")
+    ns = memory.store.namespace_id(memory.namespace("maya"))
+    items = memory.store.item_ids(ns, "turn", ["d1", "d2"])
+    memory.store.put_labels(ns, [(items["d1"], "event", "booking"), (items["d2"], "event", "booking")])
+    memory.store.kv_set(ns, "stitch", "vocabulary", ["booking"])
+    assert memory.store.kv_get(ns, "stitch", "vocabulary") == ["booking"]
     memory.delete("d1", user_id="maya")
+    assert memory.store.items_with_label(ns, "event", "booking") == [items["d2"]]
+    assert memory.store.labels_of(ns, items["d2"]) == [("event", "booking")]
     q = memory.store._query
     assert q("SELECT COUNT(*) FROM items WHERE key='d1'")[0][0] == 0
     assert q("SELECT COUNT(*) FROM item_turns")[0][0] == 3

@@ -598,10 +598,6 @@ class SQLiteStore:
             (ns, time.time(), op, json.dumps(detail, ensure_ascii=False)),
         )
 
-    def log(self, ns: int | None, op: str, detail: dict[str, Any]) -> None:
-        with self.transaction() as c:
-            self._log(c, ns, op, detail)
-
     def history(self, ns: int, limit: int = 100) -> list[dict[str, Any]]:
         """The namespace's changes, newest first."""
         rows = self._query("SELECT id, at, op, detail FROM history WHERE ns=? ORDER BY id DESC LIMIT ?", (ns, limit))
