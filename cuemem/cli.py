@@ -21,6 +21,7 @@ from rich.table import Table
 from .config import Settings
 from .errors import CuememError
 from .formats import locomo_turns, read_locomo
+from .llm import LLMClient, make_client
 from .memory import INGEST_BATCH, Memory
 from .types import Retrieval
 
@@ -250,6 +251,93 @@ def search(
 
 @app.command()
 @handles_errors
+def ask(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    user_id: UserOpt,
+    agent_id: AgentOpt = None,
+    run_id: RunOpt = None,
+    k: Annotated[int, typer.Option("-k", help="How many hits to read.")] = 10,
+    budget: Annotated[int | None, typer.Option(help="Token budget of the context (default: answer_budget).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Answer a question from memory with the model, citing the turns it used."""
+    with _memory() as memory:
+        result = memory.answer(question, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget)
+        stats = memory.llm.stats()
+    if as_json:
+        retrieval = result.retrieval.as_dict() if result.retrieval else None
+        data = {"answer": result.text, "cited_turn_ids": result.cited_turn_ids, "llm": stats, "retrieval": retrieval}
+        console.print_json(data=data)
+        return
+    console.print(f"[bold]{result.text}[/bold]", highlight=False, markup=False)
+    console.print(f"cites: {', '.join(result.cited_turn_ids) or '(nothing)'}", highlight=False)
+    if result.retrieval:
+        cited = set(result.cited_turn_ids)
+        for hit in result.retrieval.hits:
+            if cited & set(hit.turn_ids):
+                console.print(f"  [{','.join(hit.turn_ids)}] {hit.text}", highlight=False, markup=False)
+
+
+llm_app = typer.Typer(help="Talk to the configured model directly (local SmolLM2 by default).", no_args_is_help=True)
+app.add_typer(llm_app, name="llm")
+
+
+def _client() -> LLMClient:
+    return make_client(Settings.load(state.config))
+
+
+@llm_app.command("chat")
+@handles_errors
+def llm_chat(
+    prompt: Annotated[str, typer.Argument(help="The user message.")],
+    max_tokens: Annotated[int, typer.Option(help="Longest reply.")] = 128,
+    as_json: JsonOpt = False,
+) -> None:
+    """One chat turn with the model."""
+    result = _client().chat([{"role": "user", "content": prompt}], max_tokens=max_tokens)
+    if as_json:
+        console.print_json(data={"text": result.text, "usage": result.usage.as_dict()})
+    else:
+        console.print(result.text, highlight=False, markup=False)
+
+
+@llm_app.command("choose")
+@handles_errors
+def llm_choose(
+    prompt: Annotated[str, typer.Argument(help="The user message.")],
+    option: Annotated[list[str], typer.Option("--option", "-o", help="An allowed answer (repeat the option).")],
+    k: Annotated[int, typer.Option("-k", help="How many options to return, best first.")] = 1,
+    as_json: JsonOpt = False,
+) -> None:
+    """Choose among the given options under a token-trie constraint: the answer is always one of them."""
+    chosen = _client().choose([{"role": "user", "content": prompt}], option, k=k)
+    if as_json:
+        console.print_json(data=[{"option": c.option, "logprob": c.logprob} for c in chosen])
+    else:
+        for c in chosen:
+            console.print(c.option, highlight=False, markup=False)
+
+
+@llm_app.command("stats")
+@handles_errors
+def llm_stats(as_json: JsonOpt = False) -> None:
+    """Model calls in the call log (the cache), per backend, stage and method, with tokens and seconds."""
+    client = _client()
+    rows = client.cache.summary() if client.cache else []
+    if as_json:
+        console.print_json(data=rows)
+        return
+    table = Table(box=None, header_style="bold")
+    for col in ("backend", "stage", "method", "calls", "prompt tok", "completion tok", "seconds"):
+        table.add_column(col, justify="left" if col in ("backend", "stage", "method") else "right")
+    for r in rows:
+        numbers = (str(r["calls"]), str(r["prompt_tokens"]), str(r["completion_tokens"]), f"{r['seconds']:.1f}")
+        table.add_row(r["backend"], r["stage"], r["method"], *numbers)
+    console.print(table)
+
+
+@app.command()
+@handles_errors
 def get(turn_id: str, user_id: UserOpt, agent_id: AgentOpt = None, run_id: RunOpt = None) -> None:
     """Print one stored turn as JSON."""
     with _memory() as memory:
@@ -356,6 +444,7 @@ def namespaces(as_json: JsonOpt = False) -> None:
 def demo(
     db: Annotated[Path | None, typer.Option(help="Store file (default: a fresh temporary one).")] = None,
     k: Annotated[int, typer.Option("-k", help="Hits per question.")] = 5,
+    answers: Annotated[bool, typer.Option("--answers/--no-answers", help="Answer with the model too.")] = True,
 ) -> None:
     """Ingest the shipped sample conversation and answer its questions with cited turns."""
     source = resources.files("cuemem") / "data" / "demo_conversation.json"
@@ -371,7 +460,7 @@ def demo(
         console.print(f"Ingesting {len(turns)} turns from {sessions} sessions of '{sample['sample_id']}' ...")
         with progress_bar("ingest", len(turns)) as advance:
             memory.add(turns, user_id=user, progress=advance)
-        found = total = 0
+        found = total = cited_right = 0
         for qa in sample["qa"]:
             evidence = set(qa["evidence"])
             result = memory.search(qa["question"], user_id=user, k=k)
@@ -382,7 +471,23 @@ def demo(
             _print_retrieval(result, evidence)
             found += len(evidence & set(result.turn_ids))
             total += len(evidence)
+            if answers:
+                reply = memory.answer(qa["question"], user_id=user, k=k)
+                right = bool(evidence & set(reply.cited_turn_ids))
+                cited_right += right
+                mark = " ✓" if right else ""
+                console.print(
+                    f"[bold]A:[/bold] {reply.text}   [dim]cites {', '.join(reply.cited_turn_ids)}{mark}[/dim]",
+                    highlight=False,
+                )
         console.print(f"\nEvidence recall@{k}: {found}/{total} evidence turns retrieved (✓ marks evidence).")
+        if answers:
+            stats = memory.llm.stats().get("query", {})
+            console.print(
+                f"Answers by {memory.llm.backend.name}: {cited_right}/{len(sample['qa'])} cite an evidence turn;"
+                f" {stats.get('calls', 0)} model calls ({stats.get('cached', 0)} cached),"
+                f" {stats.get('seconds', 0):.1f} s."
+            )
     if tmp is not None:
         tmp.cleanup()
 

@@ -45,9 +45,19 @@ class Settings:
     turn_template: str = "{date}{speaker}: {text}"
     rrf_k: int = 60
     k: int = 10
+    llm: str = "local"  # "local" (shipped SmolLM2-135M-Instruct) or "openai" (any OpenAI-compatible endpoint)
+    llm_model: str = "gpt-4o-mini"
+    llm_base_url: str = "https://api.openai.com/v1"
+    llm_api_key: str | None = None
+    llm_timeout: float = 60.0
+    llm_retries: int = 3
+    llm_concurrency: int = 4
+    llm_choice_mode: str = "enum"  # "enum" (JSON-schema enum) or "guided" (vLLM guided_choice)
+    llm_cache: str = ""  # the call cache's SQLite file; "" = user cache dir, "off" = no cache
+    answer_budget: int = 1024  # tokens of retrieved context the reader sees
 
     def __post_init__(self) -> None:
-        for name in ("embed_batch_size", "max_turn_bytes", "rrf_k", "k"):
+        for name in ("embed_batch_size", "max_turn_bytes", "rrf_k", "k", "llm_concurrency", "answer_budget"):
             if getattr(self, name) < 1:
                 raise CuememError(f"setting {name} must be >= 1, got {getattr(self, name)}")
         if self.embed_timeout <= 0:
@@ -77,8 +87,9 @@ class Settings:
             env = os.environ.get(f"CUEMEM_{f.name.upper()}")
             if env is not None:
                 values[f.name] = env
-        if values.get("embed_api_key") is None and os.environ.get("OPENAI_API_KEY"):
-            values["embed_api_key"] = os.environ["OPENAI_API_KEY"]
+        for key in ("embed_api_key", "llm_api_key"):
+            if values.get(key) is None and os.environ.get("OPENAI_API_KEY"):
+                values[key] = os.environ["OPENAI_API_KEY"]
         values.update({k: v for k, v in overrides.items() if v is not None})
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(values) - set(known))

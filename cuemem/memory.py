@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from .answer import read
 from .config import Settings
 from .embed import make_embedder
 from .embed.base import Embedder
@@ -23,8 +24,9 @@ from .engines import Engine, EngineContext, get_engine
 from .errors import CuememError, ImportFormatError, InvalidTurnError, TurnNotFoundError
 from .index.budget import pack
 from .index.tokens import TokenCounter, default_counter
+from .llm import LLMClient, make_client
 from .store.sqlite import SQLiteStore
-from .types import Namespace, Retrieval, Turn
+from .types import Answer, Namespace, Retrieval, Turn
 
 Message = str | bytes | Mapping[str, Any] | Turn
 INGEST_BATCH = 256  # turns per engine ingest call: bounds memory and gives progress bars a pulse
@@ -48,6 +50,7 @@ class Memory:
         *,
         engine: str | None = None,
         embedder: Embedder | None = None,
+        llm: LLMClient | None = None,
         settings: Settings | None = None,
         **overrides: Any,
     ) -> None:
@@ -61,6 +64,7 @@ class Memory:
         self.engine: Engine = get_engine(self.settings.engine)
         self._engines: dict[str, Engine] = {self.engine.name: self.engine}
         self._embedder = embedder
+        self._llm = llm
         self.tokens: TokenCounter = default_counter()
 
     # ------------------------------------------------------------------ plumbing
@@ -78,6 +82,13 @@ class Memory:
         if self._embedder is None:
             self._embedder = make_embedder(self.settings)
         return self._embedder
+
+    @property
+    def llm(self) -> LLMClient:
+        """The model client (created on first use, so memories that never ask a model never load one)."""
+        if self._llm is None:
+            self._llm = make_client(self.settings)
+        return self._llm
 
     def _engine(self, name: str | None) -> Engine:
         if name is None:
@@ -287,6 +298,26 @@ class Memory:
             seconds=time.perf_counter() - start,
             budget_tokens=budget_tokens,
         )
+
+    def answer(
+        self,
+        question: str,
+        *,
+        user_id: str,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        k: int | None = None,
+        budget_tokens: int | None = None,
+        engine: str | None = None,
+    ) -> Answer:
+        """Search, pack the hits into `budget_tokens` (settings.answer_budget by default) and have the model
+        answer; the answer cites only turn ids that were in its context. Model calls count as stage "query"."""
+        budget = self.settings.answer_budget if budget_tokens is None else budget_tokens
+        retrieval = self.search(
+            question, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget, engine=engine
+        )
+        with self.llm.stage("query"):
+            return read(self.llm, question, retrieval)
 
     def get(self, turn_id: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> Turn:
         ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))

@@ -115,6 +115,8 @@ def test_demo_runs_on_the_embedded_default(tmp_path):
     assert "engine hybrid" in r.output and "session_3" in r.output and "18 March, 2024" in r.output
     found, total = (int(x) for x in r.output.split("Evidence recall@5: ")[1].split(" ")[0].split("/"))
     assert total == 10 and found >= 8  # measured 9/10 with MiniLM + BM25 fusion
+    # ... and it ends with answers from the shipped local model, each citing turns.
+    assert r.output.count("\nA: ") == 8 and "Answers by local:SmolLM2-135M-Instruct" in r.output
 
 
 def test_malformed_conversation_files_are_reported(tmp_path):

@@ -1,0 +1,53 @@
+"""The model layer: one client (cache, accounting, validation) over a local or OpenAI-compatible backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import platformdirs
+
+from ..config import Settings
+from ..errors import CuememError
+from .base import Backend, ChatResult, Choice, LLMError, LLMOutputError, LLMUnavailableError, Usage
+from .client import CallCache, LLMClient
+from .local import LocalBackend
+from .openai import OpenAIBackend
+
+__all__ = [
+    "Backend",
+    "CallCache",
+    "ChatResult",
+    "Choice",
+    "LLMClient",
+    "LLMError",
+    "LLMOutputError",
+    "LLMUnavailableError",
+    "LocalBackend",
+    "OpenAIBackend",
+    "Usage",
+    "make_client",
+]
+
+
+def default_cache_path() -> Path:
+    return Path(platformdirs.user_cache_dir("cuemem")) / "llm-calls.db"
+
+
+def make_client(settings: Settings) -> LLMClient:
+    """The client named by settings: `llm` = "local" (shipped SmolLM2) or "openai" (any compatible endpoint)."""
+    if settings.llm == "local":
+        backend: Backend = LocalBackend()
+    elif settings.llm == "openai":
+        backend = OpenAIBackend(
+            settings.llm_model,
+            settings.llm_base_url,
+            settings.llm_api_key,
+            timeout=settings.llm_timeout,
+            retries=settings.llm_retries,
+            concurrency=settings.llm_concurrency,
+            choice_mode=settings.llm_choice_mode,
+        )
+    else:
+        raise CuememError(f"unknown llm {settings.llm!r}: choose local or openai")
+    cache = None if settings.llm_cache == "off" else CallCache(settings.llm_cache or default_cache_path())
+    return LLMClient(backend, cache)

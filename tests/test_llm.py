@@ -1,0 +1,228 @@
+"""The model client around any backend (a deterministic fake here), and the OpenAI-compatible backend against a
+local HTTP server that the test starts: JSON mode, retries after 5xx, timeouts, malformed output, guided choice."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar, Literal
+
+import pytest
+from pydantic import BaseModel
+
+from cuemem.llm import (
+    CallCache,
+    ChatResult,
+    Choice,
+    LLMClient,
+    LLMOutputError,
+    LLMUnavailableError,
+    OpenAIBackend,
+    Usage,
+)
+from cuemem.llm.trie import TokenTrie
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+class FakeBackend:
+    """Deterministic: chat echoes, choose picks the options in the order given (or a scripted stray one)."""
+
+    name = "fake:1"
+
+    def __init__(self, json_replies: list[str] | None = None, stray: str | None = None) -> None:
+        self.calls = 0
+        self.json_replies = json_replies or []
+        self.stray = stray
+
+    def chat(self, messages, *, max_tokens, temperature):
+        self.calls += 1
+        return ChatResult(f"echo: {messages[-1]['content']}", Usage(3, 2))
+
+    def json(self, messages, schema, *, max_tokens):
+        self.calls += 1
+        return self.json_replies.pop(0), Usage(5, 5)
+
+    def choose(self, messages, options, k, beam):
+        self.calls += 1
+        picked = [self.stray] if self.stray else options[:k]
+        return [Choice(o, -float(i)) for i, o in enumerate(picked)], Usage(4, 1)
+
+    def score(self, messages, continuations):
+        self.calls += 1
+        return [-float(len(c)) for c in continuations], Usage(1, 1)
+
+
+class Trip(BaseModel):
+    city: str
+    nights: int
+    booked: bool
+    kind: Literal["hotel", "hostel"]
+
+
+def test_trie_gives_every_option_its_own_leaf():
+    trie = TokenTrie([[1, 2], [1], [1, 2, 3], [1, 2]], terminator=0)
+    assert trie.walk([1, 0]).option == 1
+    assert trie.walk([1, 2, 0]).option == 0  # the first of two identical sequences wins
+    assert trie.walk([1, 2, 3, 0]).option == 2
+    assert trie.walk([1, 2]).option is None and trie.depth == 4
+
+
+def test_cache_makes_reruns_free_and_counts_per_stage(tmp_path):
+    backend = FakeBackend()
+    client = LLMClient(backend, CallCache(tmp_path / "calls.db"))
+    with client.stage("ingest"):
+        first = client.chat(USER)
+    with client.stage("query"):
+        again = client.chat(USER)
+        client.choose(USER, ["a", "b"])
+    assert first == again and backend.calls == 2  # the second chat came from the cache
+    stats = client.stats()
+    assert stats["ingest"] == {"calls": 1, "cached": 0, "prompt_tokens": 3, "completion_tokens": 2,
+                               "seconds": stats["ingest"]["seconds"]}  # fmt: skip
+    assert stats["query"]["calls"] == 2 and stats["query"]["cached"] == 1 and stats["query"]["prompt_tokens"] == 4
+    fresh = LLMClient(FakeBackend(), CallCache(tmp_path / "calls.db"))  # another process, same cache file
+    assert fresh.chat(USER) == first and fresh.backend.calls == 0
+    assert {(r["stage"], r["method"]) for r in fresh.cache.summary()} == {("ingest", "chat"), ("query", "choose")}
+
+
+def test_choose_validates_input_and_never_returns_a_stranger():
+    client = LLMClient(FakeBackend())
+    assert [c.option for c in client.choose(USER, ["x", "x", "y"], k=5)] == ["x", "y"]  # deduped, k clipped
+    for bad in ([], [""], ["ok", 3]):
+        with pytest.raises(ValueError):
+            client.choose(USER, bad)
+    with pytest.raises(ValueError):
+        client.choose(USER, ["a"], k=0)
+    with pytest.raises(ValueError):
+        client.chat([{"role": "user"}])
+    with pytest.raises(LLMOutputError, match="not one of the options"):
+        LLMClient(FakeBackend(stray="z")).choose(USER, ["a", "b"])
+
+
+def test_json_validates_and_retries_then_fails_clearly():
+    good = '{"city": "Lisbon", "nights": 2, "booked": true, "kind": "hotel"}'
+    client = LLMClient(FakeBackend(json_replies=["{not json", '{"city": "Lisbon"}', good]), json_retries=2)
+    assert client.json(USER, Trip) == Trip(city="Lisbon", nights=2, booked=True, kind="hotel")
+    client = LLMClient(FakeBackend(json_replies=["{}", "{}", "{}"]), json_retries=2)
+    with pytest.raises(LLMOutputError, match="no valid Trip after 3 tries"):
+        client.json(USER, Trip)
+
+
+# --------------------------------------------------------------------------- OpenAI-compatible backend
+class FakeChat(BaseHTTPRequestHandler):
+    """/v1/chat/completions with scripted behaviour per request: a status, "slow", "garbage", or a reply."""
+
+    script: ClassVar[list[object]] = []
+    bodies: ClassVar[list[dict]] = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).bodies.append(body)
+        action = type(self).script.pop(0) if type(self).script else "auto"
+        if action == "slow":
+            time.sleep(1.5)
+            action = "auto"
+        if isinstance(action, int):
+            return self._send(action, b'{"error": "scripted"}')
+        if action == "garbage":
+            return self._send(200, b"<html>gateway page</html>")
+        if action == "auto":
+            action = self._auto(body)
+        payload = {"choices": [{"message": {"content": action}}], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}
+        self._send(200, json.dumps(payload).encode())
+
+    def _auto(self, body: dict) -> str:
+        if "guided_choice" in body:
+            return body["guided_choice"][-1]
+        fmt = body.get("response_format")
+        if fmt:
+            schema = fmt["json_schema"]["schema"]
+            choice = schema["properties"].get("choice")
+            if choice:
+                options = choice["enum"] if "enum" in choice else choice["items"]["enum"]
+                return json.dumps({"choice": options[0] if "enum" in choice else options[: choice["minItems"]]})
+            return json.dumps({"city": "Lisbon", "nights": 3, "booked": False, "kind": "hostel"})
+        return "Paris."
+
+    def _send(self, status: int, payload: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+@pytest.fixture
+def endpoint():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeChat)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    FakeChat.script, FakeChat.bodies = [], []
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+
+
+def openai_client(url: str, **kwargs) -> LLMClient:
+    kwargs.setdefault("backoff", 0.01)
+    return LLMClient(OpenAIBackend("test-model", url, "sk-test", **kwargs))
+
+
+def test_openai_chat_and_json_mode(endpoint):
+    client = openai_client(endpoint)
+    assert client.chat(USER).text == "Paris."
+    assert FakeChat.bodies[-1]["model"] == "test-model" and FakeChat.bodies[-1]["messages"] == USER
+    trip = client.json(USER, Trip)
+    assert trip == Trip(city="Lisbon", nights=3, booked=False, kind="hostel")
+    fmt = FakeChat.bodies[-1]["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["schema"]["title"] == "Trip"
+    assert client.stats()["other"]["prompt_tokens"] == 14
+
+
+def test_openai_retries_5xx_and_429_then_succeeds(endpoint):
+    FakeChat.script = [500, 429, 503]
+    assert openai_client(endpoint, retries=3).chat(USER).text == "Paris."
+    assert len(FakeChat.bodies) == 4
+
+
+def test_openai_gives_up_clearly(endpoint):
+    FakeChat.script = [500, 500]
+    with pytest.raises(LLMUnavailableError, match="failed after 2 tries: HTTP 500"):
+        openai_client(endpoint, retries=1).chat(USER)
+    FakeChat.script = [400]
+    with pytest.raises(LLMUnavailableError, match="refused"):
+        openai_client(endpoint, retries=3).chat(USER)
+    assert len(FakeChat.bodies) == 3  # the 400 was not retried
+    FakeChat.script = ["slow", "slow"]
+    with pytest.raises(LLMUnavailableError, match="timed out"):
+        openai_client(endpoint, retries=1, timeout=0.3).chat(USER)
+    with pytest.raises(LLMUnavailableError, match="ConnectError"):
+        openai_client("http://127.0.0.1:9/v1", retries=0).chat(USER)
+
+
+def test_openai_malformed_output(endpoint):
+    FakeChat.script = ["garbage"]
+    with pytest.raises(LLMOutputError, match="unexpected body"):
+        openai_client(endpoint).chat(USER)
+    FakeChat.script = ["{broken", '{"city": 1}', "[]"]
+    with pytest.raises(LLMOutputError, match="no valid Trip after 3 tries"):
+        openai_client(endpoint).json(USER, Trip)
+    FakeChat.script = ['{"choice": "Rome"}']  # a server that ignores the enum
+    with pytest.raises(LLMOutputError, match="not one of the options"):
+        openai_client(endpoint).choose(USER, ["Paris", "London"])
+
+
+def test_openai_guided_and_enum_choice(endpoint):
+    guided = openai_client(endpoint, choice_mode="guided")
+    assert [c.option for c in guided.choose(USER, ["Paris", "London"])] == ["London"]
+    assert FakeChat.bodies[-1]["guided_choice"] == ["Paris", "London"]
+    enum = openai_client(endpoint)
+    assert [c.option for c in enum.choose(USER, ["Paris", "London", "Rome"], k=2)] == ["Paris", "London"]
+    schema = FakeChat.bodies[-1]["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["choice"]["items"]["enum"] == ["Paris", "London", "Rome"]
+    with pytest.raises(LLMUnavailableError, match="local backend"):
+        enum.score(USER, ["x"])

