@@ -166,3 +166,32 @@ def test_auto_format_reads_pretty_printed_locomo_and_caps_error_listings(tmp_pat
     assert r.exit_code == 1 and "added 1 turns" in r.output
     listed = [line for line in r.output.splitlines() if line.startswith("rejected ")]
     assert len(listed) == 20 and "80 more rejected" in r.output and "100 rejected in all" in r.output
+
+
+@pytest.mark.skipif(minilm_dir() is None, reason="shipped models not installed")
+def test_ask_and_llm_commands_with_the_local_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUEMEM_LLM_CACHE", str(tmp_path / "calls.db"))
+    assert cli(tmp_path, "add", "My cat Miso is fed by Ines", "-u", "maya", "--id", "m1").exit_code == 0
+    assert cli(tmp_path, "add", "The hotel costs 120 euros", "-u", "maya", "--id", "h1").exit_code == 0
+    r = cli(tmp_path, "ask", "Who feeds the cat?", "-u", "maya", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["answer"] and set(data["cited_turn_ids"]) <= {"m1", "h1"} and data["llm"]["query"]["calls"] == 2
+    r = runner.invoke(app, ["llm", "choose", "What is the capital of France?", "-o", "Paris", "-o", "London"])
+    assert r.exit_code == 0 and r.output.strip() == "Paris"
+    r = runner.invoke(app, ["llm", "choose", "Capital of France?", "-o", "Paris", "-o", "Rome", "-k", "2", "--json"])
+    chosen = json.loads(r.output)
+    assert [c["option"] for c in chosen] == ["Paris", "Rome"] and chosen[0]["logprob"] > chosen[1]["logprob"]
+    r = runner.invoke(app, ["llm", "stats", "--json"])
+    assert {row["method"] for row in json.loads(r.output)} >= {"chat", "choose"}
+
+
+def test_ask_with_the_model_down_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUEMEM_LLM", "openai")
+    monkeypatch.setenv("CUEMEM_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("CUEMEM_LLM_RETRIES", "0")
+    monkeypatch.setenv("CUEMEM_LLM_CACHE", "off")
+    assert cli(tmp_path, "add", "kept no matter what", "-u", "u", "--id", "k").exit_code == 0
+    r = cli(tmp_path, "ask", "what was kept?", "-u", "u")
+    assert r.exit_code == 1 and "ConnectError" in r.output and "Traceback" not in r.output
+    assert json.loads(cli(tmp_path, "get", "k", "-u", "u").output)["text"] == "kept no matter what"

