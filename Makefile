@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint bench-perf clean
+.PHONY: setup demo test lint bench-perf bench-llm clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ bench-perf: setup
 	$(PY) benchmarks/perf.py --turns 5000 --sizes 10000,100000 --queries 200 --out bench-out/perf.json
 	$(PY) benchmarks/embedder.py --out bench-out/embedder.json
 	$(PY) benchmarks/render.py bench-out/perf.json
+
+bench-llm: setup
+	$(PY) benchmarks/llm.py --out bench-out/llm.json
 
 clean:
 	rm -rf $(VENV) bench-out .pytest_cache .ruff_cache
