@@ -211,9 +211,11 @@ def test_openai_malformed_output(endpoint):
     FakeChat.script = ["{broken", '{"city": 1}', "[]"]
     with pytest.raises(LLMOutputError, match="no valid Trip after 3 tries"):
         openai_client(endpoint).json(USER, Trip)
-    FakeChat.script = ['{"choice": "Rome"}']  # a server that ignores the enum
-    with pytest.raises(LLMOutputError, match="not one of the options"):
+    FakeChat.script = ['{"choice": "Rome"}'] * 3  # a server that ignores the enum, every time
+    with pytest.raises(LLMOutputError, match="'Rome', which is not one of the options"):
         openai_client(endpoint).choose(USER, ["Paris", "London"])
+    FakeChat.script = ['{"choice": "Rome"}']  # once: the validated retry gets a member
+    assert [c.option for c in openai_client(endpoint).choose(USER, ["Paris", "London"])] == ["Paris"]
 
 
 def test_openai_guided_and_enum_choice(endpoint):

@@ -161,15 +161,24 @@ class LLMClient:
             raise ValueError(f"k must be >= 1, got {k}")
         k = min(k, len(unique))
 
+        allowed = set(unique)
+
         def run() -> tuple[list[list[Any]], Usage]:
-            chosen, usage = self.backend.choose(messages, unique, k, beam)
-            return [[c.option, c.logprob] for c in chosen], usage
+            # Validated before it is cached: a stray answer is asked again, never remembered.
+            total = Usage()
+            for _ in range(self.json_retries + 1):
+                chosen, usage = self.backend.choose(messages, unique, k, beam)
+                total.prompt_tokens += usage.prompt_tokens
+                total.completion_tokens += usage.completion_tokens
+                stray = [c.option for c in chosen if c.option not in allowed]
+                if chosen and not stray:
+                    return [[c.option, c.logprob] for c in chosen], total
+            what = repr(stray[0]) if stray else "nothing"
+            raise LLMOutputError(
+                f"{self.backend.name} chose {what}, which is not one of the options ({self.json_retries + 1} tries)"
+            )
 
         out = self._call("choose", {"messages": messages, "options": unique, "k": k, "beam": beam}, run)
-        allowed = set(unique)
-        stray = [o for o, _ in out if o not in allowed]
-        if stray:
-            raise LLMOutputError(f"{self.backend.name} chose {stray[0]!r}, which is not one of the options")
         return [Choice(o, lp) for o, lp in out]
 
     def score(self, messages: Messages, continuations: list[str]) -> list[float]:
