@@ -31,11 +31,13 @@ def client() -> LLMClient:
 @needs_llamacpp
 def test_llamacpp_chat_choose_json(client):
     ask = [{"role": "user", "content": "What is the capital of France?"}]
-    assert "Paris" in client.chat(ask, max_tokens=16).text
+    reply = client.chat(ask, max_tokens=16)
+    assert reply.text and 0 < reply.usage.completion_tokens <= 16
+    assert client.chat(ask, max_tokens=16) == reply  # greedy: the same answer again (from the cache or not)
     options = ["Par", "Paris", "Paris, France", "London", "東京", 'the "city" of light']
     chosen = client.choose(ask, options, k=3)
     assert len(chosen) == 3 and all(c.option in options for c in chosen) and len({c.option for c in chosen}) == 3
-    many = [f"concept {i}" for i in range(2000)]
+    many = [f"concept {i} {'hotel booking' if i % 11 == 0 else 'weather'}" for i in range(2000)]
     assert client.choose(ask, many)[0].option in many
 
     class City(BaseModel):

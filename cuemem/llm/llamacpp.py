@@ -53,7 +53,10 @@ class LlamaCppBackend:
     def _complete(self, messages: Messages, **kwargs: Any) -> tuple[str, Usage]:
         llm = self.load()
         with self._lock:
-            out = llm.create_chat_completion(messages=messages, temperature=0.0, **kwargs)
+            # Greedy for real: llama-cpp-python otherwise applies top-k and a repeat penalty even at temperature 0.
+            out = llm.create_chat_completion(
+                messages=messages, temperature=0.0, top_k=1, repeat_penalty=1.0, **kwargs
+            )
         usage = out.get("usage") or {}
         text = out["choices"][0]["message"]["content"] or ""
         return text, Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
@@ -74,7 +77,9 @@ class LlamaCppBackend:
         remaining = list(options)
         chosen: list[Choice] = []
         total = Usage()
-        longest = max(len(self.load().tokenize(o.encode("utf-8"), add_bos=False)) for o in options) + 2
+        # Under a grammar an option may be spelled in smaller tokens than its usual tokenization: budget one
+        # token per UTF-8 byte, the most it can take.
+        longest = max(len(o.encode("utf-8")) for o in options) + 2
         while remaining and len(chosen) < k:
             grammar = LlamaGrammar.from_string(choice_grammar(remaining), verbose=False)
             text, usage = self._complete(messages, max_tokens=longest, grammar=grammar)
