@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .llm import LLMClient
+from .llm import LLMClient, LLMError
 from .types import Answer, Hit, Retrieval
 
 SYSTEM = (
@@ -42,7 +42,12 @@ def read(client: LLMClient, question: str, retrieval: Retrieval, *, max_tokens: 
     text = text.split("\n")[0].strip() or "I don't know."  # small models run on past the answer
     asked = [*messages, {"role": "assistant", "content": text},
              {"role": "user", "content": "Give the id of the excerpt that supports your answer."}]  # fmt: skip
-    chosen = client.choose(asked, ids, k=min(cite, len(ids)))
+    try:
+        chosen = client.choose(asked, ids, k=min(cite, len(ids)))
+    except LLMError:
+        return Answer(text, [], retrieval)  # the answer stands; it just cites nothing
     best = chosen[0].logprob
-    cited = [c.option for c in chosen if best is None or c.logprob is None or c.logprob >= best - margin]
+    if best is None:  # the backend reports no log-probabilities: cite its first choice only
+        return Answer(text, [chosen[0].option], retrieval)
+    cited = [c.option for c in chosen if c.logprob is not None and c.logprob >= best - margin]
     return Answer(text, cited, retrieval)

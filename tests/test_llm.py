@@ -228,3 +228,36 @@ def test_openai_guided_and_enum_choice(endpoint):
     assert schema["properties"]["choice"]["items"]["enum"] == ["Paris", "London", "Rome"]
     with pytest.raises(LLMUnavailableError, match="local backend"):
         enum.score(USER, ["x"])
+
+
+def test_backend_failures_always_surface_as_llm_errors(endpoint):
+    class Broken(FakeBackend):
+        def chat(self, messages, *, max_tokens, temperature):
+            raise ValueError("context window exceeded")
+
+    with pytest.raises(LLMUnavailableError, match="ValueError: context window exceeded"):
+        LLMClient(Broken()).chat(USER)
+    with pytest.raises(LLMUnavailableError):
+        openai_client("http://127.0.0.1:80a/v1", retries=0).chat(USER)
+    FakeChat.script = ['{"choice": ["Paris"]}'] * 3  # asked for 2, got 1
+    with pytest.raises(LLMOutputError, match="1 distinct options where 2 were asked"):
+        openai_client(endpoint).choose(USER, ["Paris", "London"], k=2)
+
+
+def test_invalid_json_is_never_cached(tmp_path):
+    cache = tmp_path / "calls.db"
+    with pytest.raises(LLMOutputError):
+        LLMClient(FakeBackend(json_replies=["{}", "{}", "{}"]), CallCache(cache)).json(USER, Trip)
+    good = '{"city": "Porto", "nights": 1, "booked": true, "kind": "hostel"}'
+    again = LLMClient(FakeBackend(json_replies=[good]), CallCache(cache))
+    assert again.json(USER, Trip).city == "Porto" and again.backend.calls == 1
+
+
+def test_reader_cites_one_id_when_logprobs_are_unknown(endpoint):
+    from cuemem.answer import read
+    from cuemem.types import Hit, Namespace, Retrieval
+
+    hits = [Hit("[x] A: hotel", 1.0, ["a"], 3), Hit("[y] B: dinner", 0.5, ["b"], 3)]
+    retrieval = Retrieval("q", hits, "bm25", Namespace("u"))
+    answer = read(openai_client(endpoint), "Which hotel?", retrieval)
+    assert answer.cited_turn_ids == ["a"]  # the enum server picks the first option; no margin without logprobs

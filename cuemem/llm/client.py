@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from .base import Backend, ChatResult, Choice, LLMOutputError, Messages, Usage
+from .base import Backend, ChatResult, Choice, LLMError, LLMOutputError, LLMUnavailableError, Messages, Usage
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -131,7 +131,12 @@ class LLMClient:
                 self._count(Usage(), 0.0, cached=True)
                 return hit
         start = time.perf_counter()
-        response, usage = run()
+        try:
+            response, usage = run()
+        except LLMError:
+            raise
+        except Exception as exc:  # a backend's own failure (a library error, a bad URL ...) is still an LLMError
+            raise LLMUnavailableError(f"{self.backend.name} failed: {type(exc).__name__}: {exc}") from exc
         seconds = time.perf_counter() - start
         self._count(usage, seconds, cached=False)
         if self.cache is not None:
@@ -164,19 +169,25 @@ class LLMClient:
         allowed = set(unique)
 
         def run() -> tuple[list[list[Any]], Usage]:
-            # Validated before it is cached: a stray answer is asked again, never remembered.
-            total = Usage()
+            # Validated before it is cached: an invalid answer is asked again, never remembered.
+            total, problem = Usage(), ""
             for _ in range(self.json_retries + 1):
-                chosen, usage = self.backend.choose(messages, unique, k, beam)
+                try:
+                    chosen, usage = self.backend.choose(messages, unique, k, beam)
+                except LLMOutputError as exc:
+                    problem = str(exc)
+                    continue
                 total.prompt_tokens += usage.prompt_tokens
                 total.completion_tokens += usage.completion_tokens
-                stray = [c.option for c in chosen if c.option not in allowed]
-                if chosen and not stray:
+                picked = [c.option for c in chosen]
+                stray = [o for o in picked if o not in allowed]
+                if stray:
+                    problem = f"chose {stray[0]!r}, which is not one of the options"
+                elif len(picked) != k or len(set(picked)) != k:
+                    problem = f"returned {len(set(picked))} distinct options where {k} were asked for"
+                else:
                     return [[c.option, c.logprob] for c in chosen], total
-            what = repr(stray[0]) if stray else "nothing"
-            raise LLMOutputError(
-                f"{self.backend.name} chose {what}, which is not one of the options ({self.json_retries + 1} tries)"
-            )
+            raise LLMOutputError(f"{self.backend.name} {problem} ({self.json_retries + 1} tries)")
 
         out = self._call("choose", {"messages": messages, "options": unique, "k": k, "beam": beam}, run)
         return [Choice(o, lp) for o, lp in out]
@@ -194,28 +205,32 @@ class LLMClient:
         validated; a failure is retried (with the error shown to the model) up to `json_retries` times."""
         _check_messages(messages)
         json_schema = schema.model_json_schema()
-        attempt_messages = list(messages)
-        last_error = ""
-        for attempt in range(self.json_retries + 1):
-            text = self._call(
-                "json",
-                {"messages": attempt_messages, "schema": json_schema, "max_tokens": max_tokens},
-                lambda m=attempt_messages: self.backend.json(m, json_schema, max_tokens=max_tokens),
-            )
-            try:
-                return schema.model_validate_json(text)
-            except ValidationError as exc:
-                last_error = str(exc).splitlines()[0] if str(exc) else "invalid"
-                attempt_messages = [
-                    *messages,
-                    {"role": "assistant", "content": text},
-                    {"role": "user", "content": f"That was not valid: {last_error}. Reply with corrected JSON."},
-                ]
-                if attempt == self.json_retries:
-                    raise LLMOutputError(
-                        f"{self.backend.name} gave no valid {schema.__name__} after {attempt + 1} tries: {exc}"
-                    ) from exc
-        raise LLMOutputError(last_error)  # pragma: no cover - the loop returns or raises
+
+        def run() -> tuple[str, Usage]:
+            # The whole retry dialogue is one cached call: only a valid answer is ever remembered.
+            attempt_messages, total = list(messages), Usage()
+            for attempt in range(self.json_retries + 1):
+                text, usage = self.backend.json(attempt_messages, json_schema, max_tokens=max_tokens)
+                total.prompt_tokens += usage.prompt_tokens
+                total.completion_tokens += usage.completion_tokens
+                try:
+                    schema.model_validate_json(text)
+                    return text, total
+                except ValidationError as exc:
+                    if attempt == self.json_retries:
+                        raise LLMOutputError(
+                            f"{self.backend.name} gave no valid {schema.__name__} after {attempt + 1} tries: {exc}"
+                        ) from exc
+                    first = str(exc).splitlines()[0]
+                    attempt_messages = [
+                        *messages,
+                        {"role": "assistant", "content": text},
+                        {"role": "user", "content": f"That was not valid: {first}. Reply with corrected JSON."},
+                    ]
+            raise AssertionError("unreachable")
+
+        text = self._call("json", {"messages": messages, "schema": json_schema, "max_tokens": max_tokens}, run)
+        return schema.model_validate_json(text)
 
 
 def _check_messages(messages: Messages) -> None:

@@ -26,7 +26,7 @@ def choice_grammar(options: list[str]) -> str:
 
 class LlamaCppBackend:
     def __init__(self, model_path: str | None = None, *, n_ctx: int = 4096, threads: int | None = None) -> None:
-        self.name = f"llamacpp:{MODEL_NAME}[greedy]"
+        self.name = f"llamacpp:{MODEL_NAME}{f'@{model_path}' if model_path else ''}[greedy]"
         self._path = model_path
         self._n_ctx = n_ctx
         self._threads = threads
@@ -54,9 +54,7 @@ class LlamaCppBackend:
         llm = self.load()
         with self._lock:
             # Greedy for real: llama-cpp-python otherwise applies top-k and a repeat penalty even at temperature 0.
-            out = llm.create_chat_completion(
-                messages=messages, temperature=0.0, top_k=1, repeat_penalty=1.0, **kwargs
-            )
+            out = llm.create_chat_completion(messages=messages, temperature=0.0, top_k=1, repeat_penalty=1.0, **kwargs)
         usage = out.get("usage") or {}
         text = out["choices"][0]["message"]["content"] or ""
         return text, Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))

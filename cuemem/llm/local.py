@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -31,6 +32,7 @@ MODEL_NAME = "SmolLM2-135M-Instruct"
 # Part of the backend's name, hence of every cache key: change it with any decoding change, or cached answers
 # made under the old settings would be served.
 DECODING = "greedy,no-repeat-3gram"
+NUMBER = re.compile(r"-?(?:\d+(?:\.\d+)?|\.\d+)")
 
 
 def gguf_path() -> Path | None:
@@ -86,7 +88,8 @@ class LocalBackend:
 
     def __init__(self, model_dir: str | Path | None = None) -> None:
         self._model_dir = Path(model_dir) if model_dir else None
-        self.name = f"local:{MODEL_NAME}[{DECODING}]"
+        where = f"@{self._model_dir}" if self._model_dir else ""
+        self.name = f"local:{MODEL_NAME}{where}[{DECODING}]"
         self._lock = threading.RLock()
         self._model: Any = None
         self._tokenizer: Any = None
@@ -106,12 +109,14 @@ class LocalBackend:
             except ImportError as exc:
                 raise LLMUnavailableError("torch and transformers are needed: pip install 'cuemem[local]'") from exc
             hf_logging.disable_progress_bar()
-            path = self._model_dir or converted_model_dir()
             try:
+                path = self._model_dir or converted_model_dir()
                 self._tokenizer = AutoTokenizer.from_pretrained(str(path))
                 self._model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-            except (OSError, ValueError) as exc:
-                raise LLMUnavailableError(f"cannot load the local model from {path}: {exc}") from exc
+            except LLMUnavailableError:
+                raise
+            except (OSError, ValueError, ImportError, RuntimeError) as exc:
+                raise LLMUnavailableError(f"cannot load the local model: {type(exc).__name__}: {exc}") from exc
             self.end_id = self._tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     @property
@@ -121,11 +126,12 @@ class LocalBackend:
 
     def prompt_ids(self, messages: Messages, prefix: str = "") -> list[int]:
         """Token ids of the chat-formatted conversation, opened for the assistant (plus a forced prefix)."""
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        text = self.tokenizer.apply_chat_template(_defused(messages), add_generation_prompt=True, tokenize=False)
         return self.tokenizer(text + prefix, add_special_tokens=False).input_ids
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False).input_ids
+        """Ids of plain text: a "<|im_end|>" written in it stays text, never the control token."""
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids
 
     # ------------------------------------------------------------------ chat
     def chat(self, messages: Messages, *, max_tokens: int = 128, temperature: float = 0.0) -> ChatResult:
@@ -220,12 +226,21 @@ class LocalBackend:
 
     # ------------------------------------------------------------------ structured output
     def json(self, messages: Messages, schema: dict[str, Any], *, max_tokens: int = 48) -> tuple[str, Usage]:
-        """A flat JSON object built field by field under constraint: enums and booleans by `choose`, numbers
-        from digit tokens only, strings from tokens without quotes or newlines. Always parseable JSON."""
+        """A flat JSON object built field by field under constraint: enums and booleans by choice, numbers from
+        ASCII digits (written canonically), strings from tokens without quotes or control characters. Always
+        parseable JSON. Nested objects and arrays are not supported (a clear error, not a malformed answer)."""
         properties = schema.get("properties") or {}
         if schema.get("type") != "object" or not properties:
             raise LLMOutputError("the local backend builds flat JSON objects: give a schema with properties")
         definitions = schema.get("$defs", {})
+        for name, spec in properties.items():
+            kind = _resolve(spec, definitions)
+            typed = "type" in kind or "enum" in kind or "const" in kind
+            if kind.get("type") in ("object", "array") or not typed:
+                raise LLMOutputError(
+                    f"field {name!r}: the local backend fills strings, numbers, booleans and enums only;"
+                    " use an OpenAI-compatible backend for nested schemas"
+                )
         guide = ", ".join(f'"{name}"' for name in properties)
         framed = [*messages, {"role": "user", "content": f"Reply with a JSON object with the keys {guide}."}]
         text = "{"
@@ -244,7 +259,7 @@ class LocalBackend:
                 text += choice
             elif kind in ("integer", "number"):
                 value, used = self._generate_masked(framed, text, "digits", max_tokens=8)
-                text += value if value else "0"
+                text += canonical_number(value, integer=kind == "integer")
             else:
                 value, used = self._generate_masked(framed, text + '"', "string", max_tokens=max_tokens)
                 text += json.dumps(value.strip())
@@ -275,8 +290,8 @@ class LocalBackend:
 
     def _continuation_ids(self, messages: Messages) -> list[int]:
         """Ids of a conversation whose last (assistant) message is left open for the model to continue."""
-        head = self.tokenizer.apply_chat_template(messages[:-1], add_generation_prompt=True, tokenize=False)
-        return self.encode(head + messages[-1]["content"])
+        head = self.tokenizer.apply_chat_template(_defused(messages[:-1]), add_generation_prompt=True, tokenize=False)
+        return self.tokenizer(head, add_special_tokens=False).input_ids + self.encode(messages[-1]["content"])
 
     def _mask(self, kind: str) -> Any:
         """Vocabulary masks: which tokens may appear in a number, or inside a JSON string."""
@@ -288,7 +303,7 @@ class LocalBackend:
             for i in range(len(vocab)):
                 piece = self.tokenizer.decode([i])
                 if kind == "digits":
-                    ok = piece.strip().isdigit() or piece in ("-", ".")
+                    ok = bool(piece) and all(ch in "0123456789-." for ch in piece)
                 else:
                     ok = bool(piece) and not any(ch in piece for ch in '"\\\n\r\t') and i != self.end_id
                     ok = ok and not piece.startswith("<|")
@@ -317,28 +332,31 @@ class LocalBackend:
                 result = self._model(torch.tensor([[token]]), past_key_values=cache, use_cache=True)
                 cache = result.past_key_values
                 logits = result.logits[0, -1].float()
-        text = self.tokenizer.decode(out)
-        if kind == "digits":
-            text = _leading_number(text)
-        return text, Usage(len(ids), len(out))
+        return self.tokenizer.decode(out), Usage(len(ids), len(out))
 
 
 def _resolve(spec: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:
-    """Follow pydantic's `$ref` / `allOf` indirections for enum fields."""
+    """Follow pydantic's indirections: `$ref`, a single `allOf`, and `anyOf [X, null]` (an Optional field)."""
     if "$ref" in spec:
-        return definitions.get(spec["$ref"].split("/")[-1], spec)
+        return _resolve(definitions.get(spec["$ref"].split("/")[-1], {}), definitions)
     if "allOf" in spec and len(spec["allOf"]) == 1:
         return _resolve(spec["allOf"][0], definitions)
+    if "anyOf" in spec:
+        kinds = [s for s in spec["anyOf"] if s.get("type") != "null"]
+        if len(kinds) == 1:
+            return _resolve(kinds[0], definitions)
     return spec
 
 
-def _leading_number(text: str) -> str:
-    text = text.strip()
-    out = ""
-    for i, ch in enumerate(text):
-        if ch.isdigit() or (ch == "-" and i == 0) or (ch == "." and "." not in out and out):
-            out += ch
-        else:
-            break
-    out = out.rstrip(".")
-    return out if out not in ("", "-") else "0"
+def _defused(messages: Messages) -> Messages:
+    """Message contents with chat-control markers broken up, so stored text can never open or close a role."""
+    return [{**m, "content": m["content"].replace("<|", "<\u200b|")} for m in messages]
+
+
+def canonical_number(text: str, *, integer: bool) -> str:
+    """The leading number in `text` as canonical JSON ("05" -> 5, "-.5" -> -0.5); 0 when there is none."""
+    match = NUMBER.match(text.strip())
+    if not match:
+        return "0"
+    value = float(match.group(0))
+    return json.dumps(int(value) if integer or (value.is_integer() and "." not in match.group(0)) else value)

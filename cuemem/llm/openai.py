@@ -36,7 +36,7 @@ class OpenAIBackend:
         if choice_mode not in CHOICE_MODES:
             raise ValueError(f"choice_mode must be one of {CHOICE_MODES}, got {choice_mode!r}")
         self.model = model
-        self.name = f"openai:{model}@{base_url.rstrip('/')}"
+        self.name = f"openai:{model}@{base_url.rstrip('/')}[choice={choice_mode}]"
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.retries = retries
         self.backoff = backoff
@@ -53,7 +53,7 @@ class OpenAIBackend:
                     response = self._client.post(self.url, json={"model": self.model, **body})
             except httpx.TimeoutException as exc:
                 last = f"timed out ({exc})"
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
                 last = f"{type(exc).__name__}: {exc}"
             else:
                 if response.status_code == 200:
@@ -65,7 +65,8 @@ class OpenAIBackend:
                             f"{self.url} answered with an unexpected body: {response.text[:200]!r}"
                         ) from exc
                     usage = data.get("usage") or {}
-                    return text, Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
+                    prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
+                    return text, Usage(int(prompt), int(completion))
                 last = f"HTTP {response.status_code}: {response.text[:200]}"
                 if response.status_code not in (408, 429) and response.status_code < 500:
                     raise LLMUnavailableError(f"{self.url} refused the request: {last}")
@@ -85,7 +86,9 @@ class OpenAIBackend:
                 "temperature": 0.0,
                 "response_format": {
                     "type": "json_schema",
-                    "json_schema": {"name": schema.get("title", "answer"), "schema": schema, "strict": True},
+                    # Not "strict": OpenAI's strict mode rejects ordinary pydantic schemas (optional fields,
+                    # no additionalProperties); servers that enforce schemas (vLLM, llama.cpp) still do.
+                    "json_schema": {"name": schema.get("title", "answer"), "schema": schema, "strict": False},
                 },
             }
         )
