@@ -15,8 +15,10 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from .config import Settings
 from .errors import CuememError
@@ -113,7 +115,7 @@ def _print_retrieval(result: Retrieval, evidence: set[str] | None = None) -> Non
             ",".join(hit.turn_ids) + mark,
             str(hit.detail.get("session_id", "")),
             f"{hit.score:.3f}",
-            hit.text,
+            Text(hit.text),  # literal: turns may contain [brackets] that rich would read as markup
         )
     console.print(table)
 
@@ -269,7 +271,7 @@ def ask(
         data = {"answer": result.text, "cited_turn_ids": result.cited_turn_ids, "llm": stats, "retrieval": retrieval}
         console.print_json(data=data)
         return
-    console.print(f"[bold]{result.text}[/bold]", highlight=False, markup=False)
+    console.print(Text(result.text, style="bold"), highlight=False)
     console.print(f"cites: {', '.join(result.cited_turn_ids) or '(nothing)'}", highlight=False)
     if result.retrieval:
         cited = set(result.cited_turn_ids)
@@ -477,14 +479,15 @@ def demo(
                 cited_right += right
                 mark = " ✓" if right else ""
                 console.print(
-                    f"[bold]A:[/bold] {reply.text}   [dim]cites {', '.join(reply.cited_turn_ids)}{mark}[/dim]",
+                    f"[bold]A:[/bold] {escape(reply.text)}   [dim]cites {', '.join(reply.cited_turn_ids)}{mark}[/dim]",
                     highlight=False,
                 )
         console.print(f"\nEvidence recall@{k}: {found}/{total} evidence turns retrieved (✓ marks evidence).")
         if answers:
             stats = memory.llm.stats().get("query", {})
             console.print(
-                f"Answers by {memory.llm.backend.name}: {cited_right}/{len(sample['qa'])} cite an evidence turn;"
+                f"Answers by {escape(memory.llm.backend.name)}: {cited_right}/{len(sample['qa'])}"
+                " cite an evidence turn;"
                 f" {stats.get('calls', 0)} model calls ({stats.get('cached', 0)} cached),"
                 f" {stats.get('seconds', 0):.1f} s."
             )

@@ -195,3 +195,10 @@ def test_ask_with_the_model_down_is_one_clear_error(tmp_path, monkeypatch):
     r = cli(tmp_path, "ask", "what was kept?", "-u", "u")
     assert r.exit_code == 1 and "ConnectError" in r.output and "Traceback" not in r.output
     assert json.loads(cli(tmp_path, "get", "k", "-u", "u").output)["text"] == "kept no matter what"
+
+
+def test_bracketed_text_prints_literally(tmp_path):
+    """Turns are user text: "[red]" or "[D4]" inside them must print as written, not as rich markup."""
+    assert cli(tmp_path, "add", "note [red]alert[/red] about [bold] tags", "-u", "u", "--id", "b1").exit_code == 0
+    r = cli(tmp_path, "search", "alert tags note", "-u", "u", "--use", "bm25")
+    assert r.exit_code == 0 and "[red]alert[/red]" in r.output and "[bold] tags" in r.output
