@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -40,3 +43,23 @@ TRIP = [
     {"id": "d3", "speaker": "Theo", "text": "Lena is allergic to shellfish, be careful at Ramiro."},
     {"id": "d4", "speaker": "Maya", "text": "My neighbour Ines will feed the cat Miso twice a day."},
 ]
+
+
+def send_json(handler, status: int, payload: bytes) -> None:
+    """Reply from a BaseHTTPRequestHandler with a JSON body."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(payload)))
+    handler.end_headers()
+    handler.wfile.write(payload)
+
+
+@contextmanager
+def local_http_server(handler) -> Iterator[str]:
+    """A threaded HTTP server on a free loopback port for the duration of a test; yields its /v1 base URL."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        httpd.shutdown()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
 import numpy as np
 import pytest
+from conftest import local_http_server, send_json
 
 from cuemem import EmbeddingError
 from cuemem.embed import HashingEmbedder, MiniLMEmbedder, OpenAIEmbedder
@@ -50,21 +50,14 @@ class FakeEmbeddings(BaseHTTPRequestHandler):
             status, payload = 200, b"<html>not json</html>"
         else:
             payload = b'{"error": "boom"}'
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        send_json(self, status, payload)
 
 
 @pytest.fixture
 def server():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeEmbeddings)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
     FakeEmbeddings.script, FakeEmbeddings.requests = [], 0
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
+    with local_http_server(FakeEmbeddings) as url:
+        yield url
 
 
 def test_openai_embedder_orders_normalises_and_batches(server):

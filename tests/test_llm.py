@@ -4,12 +4,12 @@ local HTTP server that the test starts: JSON mode, retries after 5xx, timeouts, 
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import ClassVar, Literal
 
 import pytest
+from conftest import local_http_server, send_json
 from pydantic import BaseModel
 
 from cuemem.llm import (
@@ -151,20 +151,14 @@ class FakeChat(BaseHTTPRequestHandler):
         return "Paris."
 
     def _send(self, status: int, payload: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        send_json(self, status, payload)
 
 
 @pytest.fixture
 def endpoint():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeChat)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
     FakeChat.script, FakeChat.bodies = [], []
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
+    with local_http_server(FakeChat) as url:
+        yield url
 
 
 def openai_client(url: str, **kwargs) -> LLMClient:
