@@ -443,6 +443,63 @@ def namespaces(as_json: JsonOpt = False) -> None:
 
 @app.command()
 @handles_errors
+def bench(
+    dataset: Annotated[str, typer.Argument(help="locomo or longmemeval.")],
+    data: Annotated[Path | None, typer.Option(help="Dataset file (default: ../shared/datasets/...).")] = None,
+    out: Annotated[Path, typer.Option(help="Output directory (results.json, report.md, plots).")] = Path("bench-out"),
+    engines: Annotated[str, typer.Option(help="Comma-separated engines.")] = "bm25,dense,hybrid",
+    limit: Annotated[int | None, typer.Option(help="Only the first N conversations / questions.")] = None,
+    budget: Annotated[int, typer.Option(help="Token budget of the packed context.")] = 4096,
+    answer: Annotated[bool, typer.Option("--answer", help="Also answer with the model and score the answers.")] = False,
+    template: Annotated[str | None, typer.Option(help="Turn indexing template, e.g. '{speaker}: {text}'.")] = None,
+) -> None:
+    """Run engines side by side on LoCoMo or LongMemEval; resumable (per-conversation checkpoints in --out)."""
+    from .bench.runner import BenchConfig, run
+
+    defaults = {
+        "locomo": "datasets/locomo/locomo10.json",
+        "longmemeval": "datasets/longmemeval/longmemeval_s_cleaned.PARTIAL_499of500.json.gz",
+    }
+    if dataset not in defaults:
+        raise CuememError(f"unknown dataset {dataset!r}: locomo or longmemeval")
+    if data is None:
+        candidates = [
+            Path("..") / "shared" / defaults[dataset],
+            Path(__file__).resolve().parents[2].parent / "shared" / defaults[dataset],
+        ]
+        data = next((p for p in candidates if p.is_file()), None)
+        if data is None:
+            raise CuememError(f"no --data given and ../shared/{defaults[dataset]} not found")
+    overrides: dict[str, Any] = {}
+    if state.embedder:
+        overrides["embedder"] = state.embedder
+    if template:
+        overrides["turn_template"] = template
+    config = BenchConfig(dataset, data, out, [e.strip() for e in engines.split(",") if e.strip()], limit, budget,
+                         answer, overrides)  # fmt: skip
+    bars: dict[str, Any] = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, disable=not err.is_terminal) as progress:  # fmt: skip
+
+        def advance(engine: str, done: int, total: int) -> None:
+            if engine not in bars:
+                bars[engine] = progress.add_task(f"{dataset} · {engine}", total=total)
+            progress.update(bars[engine], completed=done)
+
+        results = run(config, advance)
+    table = Table(box=None, header_style="bold")
+    for col in ("engine", "recall@1", "recall@5", "recall@10", "recall@50", "recall@budget", "ndcg@10", "questions"):
+        table.add_column(col, justify="left" if col == "engine" else "right")
+    for name, e in results["engines"].items():
+        r = e["retrieval"]
+        table.add_row(name, *(f"{r[c]:.3f}" for c in ("recall@1", "recall@5", "recall@10", "recall@50",
+                                                       "recall@budget", "ndcg@10")), str(r["questions"]))  # fmt: skip
+    console.print(table)
+    console.print(f"wrote {out / 'results.json'}, {out / 'report.md'} and plots", highlight=False)
+
+
+@app.command()
+@handles_errors
 def demo(
     db: Annotated[Path | None, typer.Option(help="Store file (default: a fresh temporary one).")] = None,
     k: Annotated[int, typer.Option("-k", help="Hits per question.")] = 5,

@@ -1,0 +1,1 @@
+"""The benchmark harness: datasets, metrics, runner and report (LoCoMo, LongMemEval)."""

@@ -1,0 +1,115 @@
+"""Benchmark loaders: LoCoMo (Maharana et al., ACL 2024) and LongMemEval (Wu et al., ICLR 2025).
+
+Each yields `Conversation`s: the turns that go into one fresh namespace, and the questions asked of it, with
+evidence as turn ids (LongMemEval also at session level). Conventions follow ../shared/datasets/README.md.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ImportFormatError
+from ..formats import locomo_turns, read_locomo
+from ..types import Turn
+
+EVIDENCE_ID = re.compile(r"D\d+:\d+")
+
+
+@dataclass
+class Question:
+    id: str
+    text: str
+    answer: str
+    category: str
+    evidence: list[str]  # turn ids that resolve to turns of the conversation
+    evidence_sessions: list[str] = field(default_factory=list)
+    date: str | None = None
+    adversarial: bool = False
+
+
+@dataclass
+class Conversation:
+    id: str
+    turns: list[Turn]
+    questions: list[Question]
+
+
+def load_locomo(path: str | Path, *, limit: int | None = None) -> Iterator[Conversation]:
+    """LoCoMo conversations. Evidence ids are extracted with D\\d+:\\d+ (six entries are malformed upstream) and
+    normalised ("D30:05" -> "D30:5"); ids that resolve to no turn are dropped. Image captions stay in metadata."""
+    for number, sample in enumerate(read_locomo(path)):
+        if limit is not None and number >= limit:
+            return
+        turns = locomo_turns(sample)
+        known = {t.id for t in turns}
+        questions = []
+        for i, qa in enumerate(sample.get("qa", [])):
+            ids = []
+            for raw in EVIDENCE_ID.findall(" ".join(map(str, qa.get("evidence", [])))):
+                session, turn = raw[1:].split(":")
+                normal = f"D{int(session)}:{int(turn)}"
+                if normal in known and normal not in ids:
+                    ids.append(normal)
+            adversarial = str(qa.get("category")) == "5"
+            answer = qa.get("answer", qa.get("adversarial_answer", ""))
+            questions.append(
+                Question(
+                    id=f"{sample['sample_id']}#{i}",
+                    text=qa["question"],
+                    answer=str(answer),
+                    category=str(qa.get("category")),
+                    evidence=ids,
+                    adversarial=adversarial,
+                )
+            )
+        yield Conversation(str(sample["sample_id"]), turns, questions)
+
+
+def _open(path: Path) -> Any:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+
+
+def load_longmemeval(path: str | Path, *, limit: int | None = None) -> Iterator[Conversation]:
+    """LongMemEval items, streamed (the S file is 257 MB unpacked): each question with its own haystack. Turn ids
+    are "<session id>:<position>"; turn-level evidence is `has_answer`, session-level `answer_session_ids`."""
+    import ijson
+
+    path = Path(path)
+    with _open(path) as fh:
+        try:
+            for number, item in enumerate(ijson.items(fh, "item", use_float=True)):
+                if limit is not None and number >= limit:
+                    return
+                yield _longmemeval_item(item)
+        except ijson.JSONError as exc:
+            raise ImportFormatError(f"{path} is not LongMemEval JSON: {exc}") from exc
+
+
+def _longmemeval_item(item: dict[str, Any]) -> Conversation:
+    turns, evidence = [], []
+    for session_id, date, session in zip(
+        item["haystack_session_ids"], item["haystack_dates"], item["haystack_sessions"], strict=True
+    ):
+        for position, message in enumerate(session, start=1):
+            tid = f"{session_id}:{position}"
+            turns.append(Turn(id=tid, text=message.get("content") or " ", speaker=message.get("role", "user"),
+                              session_id=session_id, timestamp=date))  # fmt: skip
+            if message.get("has_answer"):
+                evidence.append(tid)
+    qid = str(item["question_id"])
+    question = Question(
+        id=qid,
+        text=item["question"],
+        answer=str(item["answer"]),
+        category=item["question_type"],
+        evidence=evidence,
+        evidence_sessions=list(item.get("answer_session_ids", [])),
+        date=item.get("question_date"),
+        adversarial=qid.endswith("_abs"),
+    )
+    return Conversation(qid, turns, [question])

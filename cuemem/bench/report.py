@@ -1,0 +1,201 @@
+"""Aggregate per-question records into results.json, report.md and PNG plots (schema: BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from .runner import KS, BenchConfig, mean
+
+log = logging.getLogger(__name__)
+RETRIEVAL_KEYS = [f"recall@{k}" for k in KS] + ["recall@budget", "ndcg@10"]
+
+
+def headline(config: BenchConfig, q: dict[str, Any]) -> bool:
+    """Questions in the headline figures: LoCoMo categories 1-4, LongMemEval non-abstention; with evidence."""
+    if not q["evidence"]:
+        return False
+    return q["category"] in {"1", "2", "3", "4"} if config.dataset == "locomo" else not q["adversarial"]
+
+
+def retrieval_block(questions: list[dict[str, Any]]) -> dict[str, float]:
+    block = {key: mean([q[key] for q in questions]) for key in RETRIEVAL_KEYS}
+    block["all@10"] = mean([float(q["recall@10"] == 1.0) for q in questions])
+    block["all@budget"] = mean([float(q["recall@budget"] == 1.0) for q in questions])
+    for key in ("session_recall@1", "session_recall@5", "session_recall@10"):
+        if any(key in q for q in questions):
+            block[key] = mean([q[key] for q in questions if key in q])
+    block["questions"] = len(questions)
+    return block
+
+
+def summarize(config: BenchConfig, per_engine: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    engines: dict[str, Any] = {}
+    for engine, convs in per_engine.items():
+        questions = [q for c in convs for q in c["questions"]]
+        chosen = [q for q in questions if headline(config, q)]
+        categories = sorted({q["category"] for q in questions})
+        by_category = {
+            cat: retrieval_block([q for q in questions if q["category"] == cat and q["evidence"]]) for cat in categories
+        }
+        latencies = sorted(q["latency_ms"] for q in questions)
+        turns = sum(c["turns"] for c in convs)
+        seconds = sum(c["ingest_seconds"] for c in convs)
+        llm_ingest = _sum_llm(convs, "ingest")
+        llm_query = _sum_llm(convs, "query")
+        engines[engine] = {
+            "retrieval": retrieval_block(chosen),
+            "by_category": by_category,
+            "cost": {
+                "conversations": len(convs),
+                "turns": turns,
+                "ingest_seconds": seconds,
+                "turns_per_s": turns / seconds if seconds else math.nan,
+                "llm_calls_per_turn": llm_ingest["calls"] / turns if turns else 0.0,
+                "llm_tokens_per_turn": (llm_ingest["prompt_tokens"] + llm_ingest["completion_tokens"]) / turns
+                if turns
+                else 0.0,
+                "latency_p50_ms": _percentile(latencies, 50),
+                "latency_p95_ms": _percentile(latencies, 95),
+                "context_tokens_per_question": mean([q["context_tokens"] for q in questions]),
+                "llm_calls_per_question": llm_query["calls"] / len(questions) if questions else 0.0,
+                "llm_tokens_per_question": (llm_query["prompt_tokens"] + llm_query["completion_tokens"])
+                / len(questions)
+                if questions
+                else 0.0,
+            },
+            "answer": _answer_block(config, questions) if config.answer else None,
+        }
+    return {
+        "dataset": config.dataset,
+        "data": str(config.data),
+        "limit": config.limit,
+        "budget_tokens": config.budget,
+        "settings": config.settings,
+        "engines": engines,
+    }
+
+
+def _sum_llm(convs: list[dict[str, Any]], stage: str) -> dict[str, float]:
+    out = {"calls": 0.0, "prompt_tokens": 0.0, "completion_tokens": 0.0}
+    for c in convs:
+        for key in out:
+            out[key] += c.get("llm", {}).get(stage, {}).get(key, 0)
+    return out
+
+
+def _answer_block(config: BenchConfig, questions: list[dict[str, Any]]) -> dict[str, Any]:
+    main = [q for q in questions if not q["adversarial"]]
+    block: dict[str, Any] = {
+        "set_f1": mean([q["set_f1"] for q in main]),
+        "bleu1": mean([q["bleu1"] for q in main]),
+        "questions": len(main),
+    }
+    if config.dataset == "locomo":
+        block["locomo_f1"] = mean([q["locomo_f1"] for q in main])
+        adversarial = [q for q in questions if q["adversarial"]]
+        block["category_5_locomo_f1"] = mean([q["locomo_f1"] for q in adversarial])
+        block["by_category_locomo_f1"] = {
+            cat: mean([q["locomo_f1"] for q in questions if q["category"] == cat])
+            for cat in sorted({q["category"] for q in questions})
+        }
+    return block
+
+
+def _percentile(values: list[float], p: float) -> float:
+    if not values:
+        return math.nan
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
+
+
+def _fmt(x: Any) -> str:
+    return (
+        "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}" if isinstance(x, float) else str(x)
+    )
+
+
+def write_report(config: BenchConfig, results: dict[str, Any]) -> None:
+    out = config.out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    engines = results["engines"]
+    lines = [f"# {config.dataset} — {len(engines)} engines, budget {config.budget} tokens", ""]
+    first = next(iter(engines.values()))
+    lines += [f"Headline questions: {first['retrieval']['questions']}", "", "## Retrieval", ""]
+    cols = [*RETRIEVAL_KEYS, "all@10", "all@budget"]
+    lines += ["| engine | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+    for name, e in engines.items():
+        lines.append(f"| `{name}` | " + " | ".join(_fmt(e["retrieval"][c]) for c in cols) + " |")
+    cats = sorted({c for e in engines.values() for c in e["by_category"]})
+    lines += [
+        "",
+        "## Recall@10 by category",
+        "",
+        "| engine | " + " | ".join(cats) + " |",
+        "|---|" + "---:|" * len(cats),
+    ]
+    for name, e in engines.items():
+        lines.append(
+            f"| `{name}` | " + " | ".join(_fmt(e["by_category"].get(c, {}).get("recall@10")) for c in cats) + " |"
+        )
+    cost_cols = ["turns_per_s", "latency_p50_ms", "latency_p95_ms", "context_tokens_per_question",
+                 "llm_calls_per_turn", "llm_calls_per_question", "llm_tokens_per_question"]  # fmt: skip
+    lines += ["", "## Cost", "", "| engine | " + " | ".join(cost_cols) + " |", "|---|" + "---:|" * len(cost_cols)]
+    for name, e in engines.items():
+        lines.append(f"| `{name}` | " + " | ".join(_fmt(float(e["cost"][c])) for c in cost_cols) + " |")
+    if config.answer:
+        lines += [
+            "",
+            "## Answers",
+            "",
+            "| engine | locomo_f1 (1-4) | cat 5 | set_f1 | bleu1 |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, e in engines.items():
+            a = e["answer"]
+            lines.append(f"| `{name}` | {_fmt(a.get('locomo_f1'))} | {_fmt(a.get('category_5_locomo_f1'))}"
+                         f" | {_fmt(a['set_f1'])} | {_fmt(a['bleu1'])} |")  # fmt: skip
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    _plots(out, engines)
+
+
+def _plots(out: Path, engines: dict[str, Any]) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        log.warning("matplotlib is not installed (pip install 'cuemem[bench]'): no plots written")
+        return
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, e in engines.items():
+        ax.plot(KS, [e["retrieval"][f"recall@{k}"] for k in KS], marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_xticks(KS, [str(k) for k in KS])
+    ax.set_xlabel("k (hits)")
+    ax.set_ylabel("evidence recall@k")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "recall_at_k.png", dpi=120)
+    plt.close(fig)
+
+    cats = sorted({c for e in engines.values() for c in e["by_category"]})
+    fig, ax = plt.subplots(figsize=(max(6, len(cats) * 1.2), 4))
+    width = 0.8 / max(1, len(engines))
+    for i, (name, e) in enumerate(engines.items()):
+        values = [e["by_category"].get(c, {}).get("recall@10", 0) or 0 for c in cats]
+        ax.bar([x + i * width for x in range(len(cats))], values, width=width, label=name)
+    ax.set_xticks([x + width * (len(engines) - 1) / 2 for x in range(len(cats))], cats, rotation=20)
+    ax.set_ylabel("evidence recall@10")
+    ax.set_ylim(0, 1)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "by_category.png", dpi=120)
+    plt.close(fig)

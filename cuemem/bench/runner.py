@@ -1,0 +1,144 @@
+"""The benchmark protocol: each conversation (LoCoMo) or question haystack (LongMemEval) into a fresh namespace,
+ingest, then retrieve every question within the token budget; per-conversation checkpoints make a run resumable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import Settings
+from ..index.budget import pack
+from ..memory import INGEST_BATCH, Memory
+from .datasets import Conversation, load_locomo, load_longmemeval
+from .metrics import bleu1, evidence_recall, locomo_f1, ndcg, set_f1
+
+KS = (1, 5, 10, 20, 50)
+DEPTH = 400  # hits read per question: enough to fill a 4,096-token budget with LoCoMo-sized turns
+
+
+@dataclass
+class BenchConfig:
+    dataset: str  # "locomo" or "longmemeval"
+    data: Path
+    out: Path
+    engines: list[str]
+    limit: int | None = None
+    budget: int = 4096
+    answer: bool = False
+    settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides (embedder, turn_template ...)
+
+
+def conversations(config: BenchConfig) -> Iterator[Conversation]:
+    if config.dataset == "locomo":
+        return load_locomo(config.data, limit=config.limit)
+    if config.dataset == "longmemeval":
+        return load_longmemeval(config.data, limit=config.limit)
+    raise ValueError(f"unknown dataset {config.dataset!r}: locomo or longmemeval")
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def _write_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, ensure_ascii=False))
+    os.replace(tmp, path)
+
+
+def run_conversation(memory: Memory, config: BenchConfig, conv: Conversation) -> dict[str, Any]:
+    """Ingest one conversation into its own namespace and retrieve (and optionally answer) its questions."""
+    user = f"{config.dataset}:{conv.id}"
+    llm_before = memory.llm.stats() if config.answer else {}
+    start = time.perf_counter()
+    for i in range(0, len(conv.turns), INGEST_BATCH):
+        memory.add(conv.turns[i : i + INGEST_BATCH], user_id=user, on_error="skip")
+    ingest_seconds = time.perf_counter() - start
+    questions = []
+    for q in conv.questions:
+        # Fullcontext *is* the budget (everything that fits); every other engine ranks DEPTH hits, then packs.
+        search_budget = config.budget if memory.engine.name == "fullcontext" else None
+        start = time.perf_counter()
+        result = memory.search(q.text, user_id=user, k=DEPTH, budget_tokens=search_budget)
+        latency = time.perf_counter() - start
+        ranked = [h.turn_ids for h in result.hits]
+        packed = [h.turn_ids for h in pack(result.hits, config.budget)]
+        record: dict[str, Any] = {
+            "id": q.id,
+            "category": q.category,
+            "adversarial": q.adversarial,
+            "evidence": q.evidence,
+            "latency_ms": latency * 1000,
+            "context_tokens": sum(h.tokens for h in pack(result.hits, config.budget)),
+            "top": ranked[:50],
+        }
+        for k in KS:
+            record[f"recall@{k}"] = evidence_recall(ranked, q.evidence, k)
+        record["recall@budget"] = evidence_recall(packed, q.evidence)
+        record["ndcg@10"] = ndcg(ranked, q.evidence, 10)
+        if q.evidence_sessions:
+            sessions = [[t.rsplit(":", 1)[0] for t in ids] for ids in ranked]
+            for k in (1, 5, 10):
+                record[f"session_recall@{k}"] = evidence_recall(sessions, q.evidence_sessions, k)
+        if config.answer:
+            reply = memory.answer(q.text, user_id=user, budget_tokens=config.budget)
+            record["prediction"] = reply.text
+            record["cited"] = reply.cited_turn_ids
+            record["gold"] = q.answer
+            if config.dataset == "locomo":
+                record["locomo_f1"] = locomo_f1(reply.text, q.answer, q.category)
+            record["set_f1"] = set_f1(reply.text, q.answer)
+            record["bleu1"] = bleu1(reply.text, q.answer)
+        questions.append(record)
+    llm_after = memory.llm.stats() if config.answer else {}
+    return {
+        "conversation": conv.id,
+        "turns": len(conv.turns),
+        "ingest_seconds": ingest_seconds,
+        "llm": {
+            stage: {k: v - llm_before.get(stage, {}).get(k, 0) for k, v in s.items()} for stage, s in llm_after.items()
+        },
+        "questions": questions,
+    }
+
+
+def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    """Run every engine over the dataset (resuming from checkpoints) and write results.json, report.md, plots."""
+    from .report import summarize, write_report
+
+    convs = list(conversations(config))
+    per_engine: dict[str, list[dict[str, Any]]] = {}
+    for engine in config.engines:
+        settings = Settings.load(db=config.out / "stores" / f"{engine}.db", engine=engine, **config.settings)
+        checkpoints = config.out / "checkpoints" / engine
+        with Memory(settings=settings) as memory:
+            done: list[dict[str, Any]] = []
+            for i, conv in enumerate(convs):
+                path = checkpoints / f"{_safe(conv.id)}.json"
+                if path.exists():
+                    done.append(json.loads(path.read_text()))
+                else:
+                    record = run_conversation(memory, config, conv)
+                    _write_atomic(path, record)
+                    done.append(record)
+                if progress:
+                    progress(engine, i + 1, len(convs))
+        per_engine[engine] = done
+    results = summarize(config, per_engine)
+    write_report(config, results)
+    return results
+
+
+def mean(values: list[float]) -> float:
+    kept = [v for v in values if not (isinstance(v, float) and math.isnan(v))]
+    return statistics.fmean(kept) if kept else math.nan

@@ -1,0 +1,94 @@
+"""The benchmark harness on small fixtures written here: loaders, protocol, results schema, resumption."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from cuemem.bench.datasets import load_locomo, load_longmemeval
+from cuemem.bench.runner import BenchConfig, run
+
+
+def locomo_fixture(path: Path) -> Path:
+    def conv(sid: str, words: list[str]) -> dict:
+        turns = [{"speaker": "A", "dia_id": f"D1:{i + 1}", "text": w} for i, w in enumerate(words)]
+        turns[1]["blip_caption"] = "a photo of a red kayak"
+        return {"sample_id": sid, "conversation": {"session_1_date_time": "1 May 2023", "session_1": turns},
+                "qa": [{"question": "Who owns the kayak?", "answer": "Ana", "evidence": ["D1:2"], "category": 4},
+                       {"question": "Which hotel on day 2?", "answer": "Casa Azul", "evidence": ["D1:3; D1:04"],
+                        "category": 1},
+                       {"question": "Unanswerable?", "adversarial_answer": "x", "evidence": ["D9:9"], "category": 5},
+                       {"question": "How many?", "answer": 3, "evidence": [], "category": 2}]}  # fmt: skip
+
+    words = ["I like tea", "Look at my new boat", "Day 2 hotel is Casa Azul", "It costs 110 euros", "Bye"]
+    path.write_text(json.dumps([conv("c1", words), conv("c2", list(reversed(words)))]))
+    return path
+
+
+def test_locomo_loader_parses_evidence_conventions(tmp_path):
+    convs = list(load_locomo(locomo_fixture(tmp_path / "l.json")))
+    assert [c.id for c in convs] == ["c1", "c2"] and len(convs[0].turns) == 5
+    q = convs[0].questions
+    assert q[0].evidence == ["D1:2"] and q[0].category == "4"
+    assert q[1].evidence == ["D1:3", "D1:4"]  # "D1:3; D1:04": regex-extracted and normalised
+    assert q[2].evidence == [] and q[2].adversarial and q[2].answer == "x"  # D9:9 resolves to no turn
+    assert q[3].answer == "3"  # integer answers become strings
+    assert convs[0].turns[1].metadata["blip_caption"] == "a photo of a red kayak"
+
+
+def test_longmemeval_loader_streams_gzip_with_turn_and_session_evidence(tmp_path):
+    item = {"question_id": "q1_abs", "question_type": "knowledge-update", "question": "Where?", "answer": 7,
+            "question_date": "2023/05/30 (Tue) 21:56", "haystack_session_ids": ["s1", "s2"],
+            "haystack_dates": ["2023/05/01", "2023/05/02"],
+            "haystack_sessions": [[{"role": "user", "content": "hi"}],
+                                  [{"role": "user", "content": "in Lisbon", "has_answer": True},
+                                   {"role": "assistant", "content": "noted"}]],
+            "answer_session_ids": ["s2"]}  # fmt: skip
+    path = tmp_path / "lme.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump([item, {**item, "question_id": "q2"}], fh)
+    convs = list(load_longmemeval(path))
+    assert len(convs) == 2 and [t.id for t in convs[0].turns] == ["s1:1", "s2:1", "s2:2"]
+    q = convs[0].questions[0]
+    assert q.evidence == ["s2:1"] and q.evidence_sessions == ["s2"] and q.adversarial and q.answer == "7"
+    assert convs[0].turns[1].timestamp == "2023/05/02" and not convs[1].questions[0].adversarial
+    assert len(list(load_longmemeval(path, limit=1))) == 1
+
+
+def test_runner_writes_the_documented_schema_and_resumes(tmp_path):
+    data = locomo_fixture(tmp_path / "l.json")
+    config = BenchConfig("locomo", data, tmp_path / "out", ["bm25", "hybrid"], settings={"embedder": "hashing"})
+    results = run(config)
+    for name in ("bm25", "hybrid"):
+        e = results["engines"][name]
+        assert set(e) == {"retrieval", "by_category", "cost", "answer"}
+        assert {"recall@1", "recall@5", "recall@10", "recall@20", "recall@50", "recall@budget", "ndcg@10"} <= set(
+            e["retrieval"]
+        )
+        assert e["retrieval"]["questions"] == 4  # categories 1-4 with evidence, 2 per conversation
+        assert e["cost"]["turns"] == 10 and e["cost"]["turns_per_s"] > 0
+    bm25 = results["engines"]["bm25"]
+    # BM25 returns only turns sharing a query term: "It costs 110 euros" (D1:4) never matches "Which hotel on
+    # day 2?", so that question's recall is 1/2 and the mean (1 + 1/2) / 2; dense ranks every turn.
+    assert bm25["retrieval"]["recall@10"] == 0.75 and bm25["by_category"]["1"]["recall@10"] == 0.5
+    assert results["engines"]["hybrid"]["retrieval"]["recall@budget"] == 1.0
+    # the kayak is only in the image caption of D1:2: BM25 finds it first
+    assert bm25["by_category"]["4"]["recall@1"] == 1.0
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert saved["engines"]["bm25"]["retrieval"] == bm25["retrieval"]
+    assert (tmp_path / "out" / "report.md").read_text().startswith("# locomo")
+    assert (tmp_path / "out" / "recall_at_k.png").stat().st_size > 1000
+    # Resume: checkpoints are reused, nothing is ingested again.
+    checkpoint = tmp_path / "out" / "checkpoints" / "bm25" / "c1.json"
+    before = json.loads(checkpoint.read_text())["ingest_seconds"]
+    again = run(config)
+    assert json.loads(checkpoint.read_text())["ingest_seconds"] == before
+    assert again["engines"]["bm25"]["retrieval"] == bm25["retrieval"]
+
+
+def test_unknown_dataset_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="locomo or longmemeval"):
+        run(BenchConfig("nope", tmp_path, tmp_path / "o", ["bm25"]))
