@@ -44,6 +44,7 @@ class Settings:
     max_turn_bytes: int = 256 * 1024
     turn_template: str = "{date}{speaker}: {text}"
     rrf_k: int = 60
+    bm25_stopwords: str = "extended"  # "extended" (129 English stop words) or "lucene" (bm25s/Lucene's 33)
     k: int = 10
     llm: str = "local"  # "local" (SmolLM2 via transformers), "llamacpp" (same GGUF, optional extra) or "openai"
     llm_model: str = "gpt-4o-mini"
@@ -60,6 +61,8 @@ class Settings:
         for name in ("embed_batch_size", "max_turn_bytes", "rrf_k", "k", "llm_concurrency", "answer_budget"):
             if getattr(self, name) < 1:
                 raise CuememError(f"setting {name} must be >= 1, got {getattr(self, name)}")
+        if self.bm25_stopwords not in ("extended", "lucene"):
+            raise CuememError(f"setting bm25_stopwords must be extended or lucene, got {self.bm25_stopwords!r}")
         if self.embed_timeout <= 0:
             raise CuememError(f"setting embed_timeout must be > 0, got {self.embed_timeout}")
         try:

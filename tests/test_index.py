@@ -105,3 +105,12 @@ def test_token_counter_uses_the_real_wordpiece_tokenizer():
     long_text = "word " * 2000
     assert counter.count(long_text) == 2000  # no truncation at the model's 256-token limit
     assert counter.count_many(["hello world", "hi"]) == [2, 1]
+
+
+def test_lucene_analyzer_matches_the_bm25s_default():
+    from cuemem.index.text import analyze_lucene
+
+    assert analyze_lucene("Caroline: I went to a LGBTQ support group, when?") == [
+        "caroline", "went", "lgbtq", "support", "group", "when"
+    ]  # fmt: skip
+    assert analyze("when did I go") == ["go"]  # the extended list drops question words and pronouns

@@ -106,7 +106,7 @@ class BM25Engine:
         index_turns(ctx, turns)
 
     def ranked(self, ctx: EngineContext, query: str, depth: int) -> list[tuple[int, float]]:
-        return bm25_search(ctx.store, ctx.ns, TURN_SPACE, query, depth)
+        return bm25_search(ctx.store, ctx.ns, TURN_SPACE, query, depth, ctx.settings.bm25_stopwords)
 
     def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
         return ctx.hits_from_items(self.ranked(ctx, query, k), self.name)

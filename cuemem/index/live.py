@@ -14,6 +14,7 @@ import numpy as np
 from ..store.sqlite import SQLiteStore
 from .bm25 import BM25Index
 from .dense import DenseIndex
+from .text import ANALYZERS
 
 
 def _entry(store: SQLiteStore, key: tuple[Any, ...], factory: Callable[[], Any]) -> dict[str, Any]:
@@ -25,10 +26,12 @@ def _entry(store: SQLiteStore, key: tuple[Any, ...], factory: Callable[[], Any])
     return entry
 
 
-def bm25_search(store: SQLiteStore, ns: int, space: str, query: str, k: int) -> list[tuple[int, float]]:
+def bm25_search(
+    store: SQLiteStore, ns: int, space: str, query: str, k: int, analyzer: str = "extended"
+) -> list[tuple[int, float]]:
     """Top-k (item id, BM25 score) in one namespace's space, after catching the index up with the store."""
     with store.lock:
-        entry = _entry(store, ("bm25", ns, space), BM25Index)
+        entry = _entry(store, ("bm25", ns, space, analyzer), lambda: BM25Index(analyzer=ANALYZERS[analyzer]))
         for item_id, text in store.items_after(ns, space, entry["after"]):
             entry["index"].add(item_id, text)
             entry["after"] = item_id

@@ -16,7 +16,14 @@ STOPWORDS = frozenset(
     """.split()  # noqa: SIM905
 )
 
+# Lucene's English stop words (the `bm25s` package's "en"), for comparisons with that common setup.
+LUCENE_STOPWORDS = frozenset(
+    """a an and are as at be but by for if in into is it no not of on or such that the their then there these they
+    this to was will with""".split()  # noqa: SIM905
+)
+
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
+_WORD2 = re.compile(r"(?u)\b\w\w+\b")
 
 
 def analyze(text: str, *, stopwords: frozenset[str] = STOPWORDS) -> list[str]:
@@ -28,3 +35,11 @@ def analyze(text: str, *, stopwords: frozenset[str] = STOPWORDS) -> list[str]:
         if tok and tok not in stopwords:
             out.append(tok)
     return out
+
+
+def analyze_lucene(text: str) -> list[str]:
+    """The `bm25s` default analysis: lower-cased tokens of 2+ word characters, Lucene's 33 stop words removed."""
+    return [t for t in _WORD2.findall(text.lower()) if t not in LUCENE_STOPWORDS]
+
+
+ANALYZERS = {"extended": analyze, "lucene": analyze_lucene}
