@@ -451,6 +451,9 @@ def bench(
     limit: Annotated[int | None, typer.Option(help="Only the first N conversations / questions.")] = None,
     budget: Annotated[int, typer.Option(help="Token budget of the packed context.")] = 4096,
     answer: Annotated[bool, typer.Option("--answer", help="Also answer with the model and score the answers.")] = False,
+    answer_budget: Annotated[
+        int | None, typer.Option(help="Tokens of context the reader sees (default: answer_budget, 1024).")
+    ] = None,
     template: Annotated[str | None, typer.Option(help="Turn indexing template, e.g. '{speaker}: {text}'.")] = None,
 ) -> None:
     """Run engines side by side on LoCoMo or LongMemEval; resumable (per-conversation checkpoints in --out)."""
@@ -476,7 +479,7 @@ def bench(
     if template:
         overrides["turn_template"] = template
     config = BenchConfig(dataset, data, out, [e.strip() for e in engines.split(",") if e.strip()], limit, budget,
-                         answer, overrides)  # fmt: skip
+                         answer, answer_budget, overrides)  # fmt: skip
     bars: dict[str, Any] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, disable=not err.is_terminal) as progress:  # fmt: skip
@@ -484,7 +487,7 @@ def bench(
         def advance(engine: str, done: int, total: int) -> None:
             if engine not in bars:
                 bars[engine] = progress.add_task(f"{dataset} · {engine}", total=total)
-            progress.update(bars[engine], completed=done)
+            progress.update(bars[engine], completed=done, total=total or None)
 
         results = run(config, advance)
     table = Table(box=None, header_style="bold")

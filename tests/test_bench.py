@@ -10,6 +10,7 @@ import pytest
 
 from cuemem.bench.datasets import load_locomo, load_longmemeval
 from cuemem.bench.runner import BenchConfig, run
+from cuemem.llm.local import gguf_path
 
 
 def locomo_fixture(path: Path) -> Path:
@@ -92,3 +93,20 @@ def test_runner_writes_the_documented_schema_and_resumes(tmp_path):
 def test_unknown_dataset_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="locomo or longmemeval"):
         run(BenchConfig("nope", tmp_path, tmp_path / "o", ["bm25"]))
+
+
+@pytest.mark.skipif(gguf_path() is None, reason="the shipped local model is not installed")
+def test_answer_metrics_with_the_local_model(tmp_path):
+    data = locomo_fixture(tmp_path / "l.json")
+    settings = {"embedder": "hashing", "llm_cache": str(tmp_path / "calls.db")}
+    config = BenchConfig("locomo", data, tmp_path / "out", ["bm25"], limit=1, answer=True, settings=settings)
+    answer = run(config)["engines"]["bm25"]["answer"]
+    assert answer["questions"] == 3  # non-adversarial questions of one conversation
+    for key in ("locomo_f1", "set_f1", "bleu1", "category_5_locomo_f1"):
+        assert 0.0 <= answer[key] <= 1.0
+    record = json.loads((tmp_path / "out" / "checkpoints" / "bm25" / "c1.json").read_text())
+    assert all(q["prediction"] and set(q["cited"]) <= {f"D1:{i}" for i in range(1, 6)} for q in record["questions"])
+    # answer + cite for the 2 questions BM25 finds something for; "Unanswerable?" and "How many?" share no term
+    # with any turn, so the reader says it doesn't know without calling the model
+    assert record["llm"]["query"]["calls"] == 4
+    assert sum(q["prediction"].startswith("I don't know") for q in record["questions"]) == 2

@@ -74,6 +74,7 @@ def summarize(config: BenchConfig, per_engine: dict[str, list[dict[str, Any]]]) 
         "data": str(config.data),
         "limit": config.limit,
         "budget_tokens": config.budget,
+        "answer_budget_tokens": config.answer_budget,
         "settings": config.settings,
         "engines": engines,
     }

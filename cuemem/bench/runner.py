@@ -34,6 +34,7 @@ class BenchConfig:
     limit: int | None = None
     budget: int = 4096
     answer: bool = False
+    answer_budget: int | None = None  # tokens the reader sees (default: settings.answer_budget)
     settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides (embedder, turn_template ...)
 
 
@@ -92,7 +93,7 @@ def run_conversation(memory: Memory, config: BenchConfig, conv: Conversation) ->
             for k in (1, 5, 10):
                 record[f"session_recall@{k}"] = evidence_recall(sessions, q.evidence_sessions, k)
         if config.answer:
-            reply = memory.answer(q.text, user_id=user, budget_tokens=config.budget)
+            reply = memory.answer(q.text, user_id=user, budget_tokens=config.answer_budget)
             record["prediction"] = reply.text
             record["cited"] = reply.cited_turn_ids
             record["gold"] = q.answer
@@ -117,14 +118,13 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
     """Run every engine over the dataset (resuming from checkpoints) and write results.json, report.md, plots."""
     from .report import summarize, write_report
 
-    convs = list(conversations(config))
     per_engine: dict[str, list[dict[str, Any]]] = {}
     for engine in config.engines:
         settings = Settings.load(db=config.out / "stores" / f"{engine}.db", engine=engine, **config.settings)
         checkpoints = config.out / "checkpoints" / engine
         with Memory(settings=settings) as memory:
             done: list[dict[str, Any]] = []
-            for i, conv in enumerate(convs):
+            for i, conv in enumerate(conversations(config)):  # streamed again per engine: bounded memory
                 path = checkpoints / f"{_safe(conv.id)}.json"
                 if path.exists():
                     done.append(json.loads(path.read_text()))
@@ -133,7 +133,7 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
                     _write_atomic(path, record)
                     done.append(record)
                 if progress:
-                    progress(engine, i + 1, len(convs))
+                    progress(engine, i + 1, config.limit or 0)
         per_engine[engine] = done
     results = summarize(config, per_engine)
     write_report(config, results)
