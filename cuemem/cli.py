@@ -455,6 +455,13 @@ def bench(
         int | None, typer.Option(help="Tokens of context the reader sees (default: answer_budget, 1024).")
     ] = None,
     template: Annotated[str | None, typer.Option(help="Turn indexing template, e.g. '{speaker}: {text}'.")] = None,
+    judge: Annotated[
+        str | None,
+        typer.Option(
+            help="With --answer: LLM-as-judge accuracy by this backend (local, llamacpp, openai; the"
+            " model is CUEMEM_JUDGE_MODEL or llm_model)."
+        ),
+    ] = None,
 ) -> None:
     """Run engines side by side on LoCoMo or LongMemEval; resumable (per-conversation checkpoints in --out)."""
     from .bench.runner import BenchConfig, run
@@ -479,7 +486,7 @@ def bench(
     if template:
         overrides["turn_template"] = template
     config = BenchConfig(dataset, data, out, [e.strip() for e in engines.split(",") if e.strip()], limit, budget,
-                         answer, answer_budget, overrides)  # fmt: skip
+                         answer, answer_budget, _judge_settings(judge), overrides)  # fmt: skip
     bars: dict[str, Any] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, disable=not err.is_terminal) as progress:  # fmt: skip
@@ -499,6 +506,17 @@ def bench(
                                                        "recall@budget", "ndcg@10")), str(r["questions"]))  # fmt: skip
     console.print(table)
     console.print(f"wrote {out / 'results.json'}, {out / 'report.md'} and plots", highlight=False)
+
+
+def _judge_settings(backend: str | None) -> dict[str, Any] | None:
+    if backend is None:
+        return None
+    import os
+
+    settings: dict[str, Any] = {"llm": backend}
+    if os.environ.get("CUEMEM_JUDGE_MODEL"):
+        settings["llm_model"] = os.environ["CUEMEM_JUDGE_MODEL"]
+    return settings
 
 
 @app.command()

@@ -255,3 +255,33 @@ def test_reader_cites_one_id_when_logprobs_are_unknown(endpoint):
     retrieval = Retrieval("q", hits, "bm25", Namespace("u"))
     answer = read(openai_client(endpoint), "Which hotel?", retrieval)
     assert answer.cited_turn_ids == ["a"]  # the enum server picks the first option; no margin without logprobs
+
+
+def test_judge_labels_by_constrained_choice_and_counts_its_stage():
+    from cuemem.bench.judge import judge
+
+    class Strict(FakeBackend):
+        def choose(self, messages, options, k, beam):
+            assert "Gold answer: Paris" in messages[0]["content"]
+            return [Choice("WRONG", -0.1)], Usage(9, 1)
+
+    lenient = LLMClient(FakeBackend())  # picks the first option: CORRECT
+    assert judge(lenient, "Capital?", "Paris", "paris") is True
+    assert lenient.stats()["judge"]["calls"] == 1
+    assert judge(LLMClient(Strict()), "Capital?", "Paris", "Rome") is False
+
+
+def test_report_aggregates_judge_accuracy_over_categories_1_to_4(tmp_path):
+    from cuemem.bench.report import summarize
+    from cuemem.bench.runner import BenchConfig
+
+    def q(cat: str, judged: float) -> dict:
+        return {"id": cat, "category": cat, "adversarial": cat == "5", "evidence": ["D1:1"], "latency_ms": 1.0,
+                "context_tokens": 10, "recall@1": 1.0, "recall@5": 1.0, "recall@10": 1.0, "recall@20": 1.0,
+                "recall@50": 1.0, "recall@budget": 1.0, "ndcg@10": 1.0, "set_f1": 0.5, "bleu1": 0.5,
+                "locomo_f1": 0.5, "judge": judged}  # fmt: skip
+
+    conv = {"turns": 3, "ingest_seconds": 1.0, "llm": {}, "questions": [q("1", 1.0), q("4", 0.0), q("5", 1.0)]}
+    config = BenchConfig("locomo", tmp_path, tmp_path, ["bm25"], answer=True)
+    answer = summarize(config, {"bm25": [conv]})["engines"]["bm25"]["answer"]
+    assert answer["judge_accuracy"] == 0.5 and answer["judged"] == 2  # category 5 is not judged

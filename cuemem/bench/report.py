@@ -95,6 +95,10 @@ def _answer_block(config: BenchConfig, questions: list[dict[str, Any]]) -> dict[
         "bleu1": mean([q["bleu1"] for q in main]),
         "questions": len(main),
     }
+    judged = [q["judge"] for q in questions if "judge" in q and (config.dataset != "locomo" or q["category"] in "1234")]
+    if judged:
+        block["judge_accuracy"] = mean(judged)
+        block["judged"] = len(judged)
     if config.dataset == "locomo":
         block["locomo_f1"] = mean([q["locomo_f1"] for q in main])
         adversarial = [q for q in questions if q["adversarial"]]

@@ -17,8 +17,10 @@ from typing import Any
 
 from ..config import Settings
 from ..index.budget import pack
+from ..llm import LLMClient, make_client
 from ..memory import INGEST_BATCH, Memory
 from .datasets import Conversation, load_locomo, load_longmemeval
+from .judge import judge
 from .metrics import bleu1, evidence_recall, locomo_f1, ndcg, set_f1
 
 KS = (1, 5, 10, 20, 50)
@@ -35,6 +37,7 @@ class BenchConfig:
     budget: int = 4096
     answer: bool = False
     answer_budget: int | None = None  # tokens the reader sees (default: settings.answer_budget)
+    judge: dict[str, Any] | None = None  # Settings overrides of the judge model (e.g. {"llm": "openai", ...})
     settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides (embedder, turn_template ...)
 
 
@@ -57,7 +60,9 @@ def _write_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def run_conversation(memory: Memory, config: BenchConfig, conv: Conversation) -> dict[str, Any]:
+def run_conversation(
+    memory: Memory, config: BenchConfig, conv: Conversation, judge_client: LLMClient | None = None
+) -> dict[str, Any]:
     """Ingest one conversation into its own namespace and retrieve (and optionally answer) its questions."""
     user = f"{config.dataset}:{conv.id}"
     llm_before = memory.llm.stats()  # the client loads no model until a call is made
@@ -101,6 +106,8 @@ def run_conversation(memory: Memory, config: BenchConfig, conv: Conversation) ->
                 record["locomo_f1"] = locomo_f1(reply.text, q.answer, q.category)
             record["set_f1"] = set_f1(reply.text, q.answer)
             record["bleu1"] = bleu1(reply.text, q.answer)
+            if judge_client is not None and not q.adversarial:
+                record["judge"] = float(judge(judge_client, q.text, q.answer, reply.text))
         questions.append(record)
     llm_after = memory.llm.stats()
     return {
@@ -122,6 +129,9 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
     for engine in config.engines:
         settings = Settings.load(db=config.out / "stores" / f"{engine}.db", engine=engine, **config.settings)
         checkpoints = config.out / "checkpoints" / engine
+        judge_client = (
+            make_client(Settings.load(**config.judge)) if config.answer and config.judge is not None else None
+        )
         with Memory(settings=settings) as memory:
             done: list[dict[str, Any]] = []
             for i, conv in enumerate(conversations(config)):  # streamed again per engine: bounded memory
@@ -129,7 +139,7 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
                 if path.exists():
                     done.append(json.loads(path.read_text()))
                 else:
-                    record = run_conversation(memory, config, conv)
+                    record = run_conversation(memory, config, conv, judge_client)
                     _write_atomic(path, record)
                     done.append(record)
                 if progress:
