@@ -83,7 +83,7 @@ def test_concurrent_searches_and_adds_stay_consistent(make_memory):
         t.join()
     assert not errors, errors[0]
     ns = memory.store.namespace_id(memory.namespace("maya"))
-    bm25 = memory.store.cache[("bm25", ns, TURN_SPACE)]["index"]
+    bm25 = memory.store.cache[("bm25", ns, TURN_SPACE, "extended")]["index"]
     assert len(bm25) == len(set(bm25.keys)) == 64  # no row was added twice
 
 
