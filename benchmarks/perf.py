@@ -33,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from cuemem.bench.metrics import percentile  # noqa: E402
+
 
 def source_turns() -> tuple[list[dict], list[str]]:
     """(turn dicts, questions): LoCoMo's when available, else synthetic look-alikes."""
@@ -83,11 +85,6 @@ def p50_p95(search: Callable[[Any], object], queries: Iterable[Any]) -> tuple[fl
         search(q)
         lat.append((time.perf_counter() - start) * 1000)
     return percentile(lat, 50), percentile(lat, 95)
-
-
-def percentile(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 # --------------------------------------------------------------------------- phases (each in a subprocess)

@@ -71,3 +71,11 @@ def test_set_f1_and_bleu1():
     # shorter prediction: brevity penalty exp(1 - 4/2)
     assert bleu1("cat mat", "cat on the mat") == pytest.approx(math.exp(1 - 4 / 2) * 1.0)
     assert bleu1("", "x") == 0.0
+
+
+def test_percentile_is_nearest_rank():
+    from cuemem.bench.metrics import percentile
+
+    values = [5.0, 1.0, 4.0, 2.0, 3.0]
+    assert percentile(values, 50) == 3.0 and percentile(values, 95) == 5.0 and percentile(values, 0) == 1.0
+    assert math.isnan(percentile([], 50))

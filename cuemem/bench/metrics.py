@@ -11,6 +11,14 @@ from collections.abc import Sequence
 # ------------------------------------------------------------------ retrieval
 
 
+def percentile(values: Sequence[float], p: float) -> float:
+    """The nearest-rank p-th percentile of the values (NaN for none)."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
 def cited(hit_turn_ids: Sequence[Sequence[str]], k: int | None = None) -> set[str]:
     """The turn ids cited by the first k hits (all hits when k is None)."""
     return {t for ids in hit_turn_ids[: k if k is not None else len(hit_turn_ids)] for t in ids}

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from .metrics import percentile
 from .runner import KS, BenchConfig, mean
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,8 @@ def summarize(config: BenchConfig, per_engine: dict[str, list[dict[str, Any]]]) 
                 "llm_tokens_per_turn": (llm_ingest["prompt_tokens"] + llm_ingest["completion_tokens"]) / turns
                 if turns
                 else 0.0,
-                "latency_p50_ms": _percentile(latencies, 50),
-                "latency_p95_ms": _percentile(latencies, 95),
+                "latency_p50_ms": percentile(latencies, 50),
+                "latency_p95_ms": percentile(latencies, 95),
                 "context_tokens_per_question": mean([q["context_tokens"] for q in questions]),
                 "llm_calls_per_question": llm_query["calls"] / len(questions) if questions else 0.0,
                 "llm_tokens_per_question": (llm_query["prompt_tokens"] + llm_query["completion_tokens"])
@@ -108,12 +109,6 @@ def _answer_block(config: BenchConfig, questions: list[dict[str, Any]]) -> dict[
             for cat in sorted({q["category"] for q in questions})
         }
     return block
-
-
-def _percentile(values: list[float], p: float) -> float:
-    if not values:
-        return math.nan
-    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 def _fmt(x: Any) -> str:
