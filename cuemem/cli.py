@@ -455,6 +455,11 @@ def bench(
         int | None, typer.Option(help="Tokens of context the reader sees (default: answer_budget, 1024).")
     ] = None,
     template: Annotated[str | None, typer.Option(help="Turn indexing template, e.g. '{speaker}: {text}'.")] = None,
+    embed_cache: Annotated[
+        Path | None,
+        typer.Option(help="SQLite file of embeddings shared by the engines and by reruns (ingest times then exclude"
+                     " embedding)."),  # fmt: skip
+    ] = None,
     judge: Annotated[
         str | None,
         typer.Option(
@@ -486,7 +491,7 @@ def bench(
     if template:
         overrides["turn_template"] = template
     config = BenchConfig(dataset, data, out, [e.strip() for e in engines.split(",") if e.strip()], limit, budget,
-                         answer, answer_budget, _judge_settings(judge), overrides)  # fmt: skip
+                         answer, answer_budget, _judge_settings(judge), overrides, embed_cache)  # fmt: skip
     bars: dict[str, Any] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, disable=not err.is_terminal) as progress:  # fmt: skip

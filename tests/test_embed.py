@@ -99,3 +99,30 @@ def test_endpoint_down_loses_no_turn(tmp_path):
         assert memory.get("a", user_id="u").text == "kept despite the outage"
     with Memory(tmp_path / "m.db", engine="dense", embedder=HashingEmbedder()) as memory:
         assert memory.search("outage", user_id="u").turn_ids == ["a"]
+
+
+def test_cached_embedder_embeds_each_distinct_text_once_and_persists(tmp_path):
+    from cuemem.embed.cached import CachedEmbedder
+
+    class Counting(HashingEmbedder):
+        def __init__(self) -> None:
+            super().__init__(dim=64)
+            self.seen: list[str] = []
+
+        def embed(self, texts):
+            self.seen.extend(texts)
+            return super().embed(texts)
+
+    inner = Counting()
+    cached = CachedEmbedder(inner, tmp_path / "cache.db")
+    first = cached.embed(["a cat", "a dog", "a cat"])
+    assert inner.seen == ["a cat", "a dog"]
+    assert cached.name == inner.name and cached.dim == 64
+    np.testing.assert_array_equal(first[0], first[2])
+    np.testing.assert_allclose(first, HashingEmbedder(dim=64).embed(["a cat", "a dog", "a cat"]))
+    cached.close()
+
+    again = CachedEmbedder(Counting(), tmp_path / "cache.db")  # a rerun: nothing embedded again
+    np.testing.assert_array_equal(again.embed(["a dog", "a cat"]), first[[1, 0]])
+    assert again.inner.seen == [] and again.hits == 2
+    assert again.embed([]).shape == (0, 64)

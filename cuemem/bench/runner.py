@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
+from ..embed import make_embedder
+from ..embed.cached import CachedEmbedder
 from ..index.budget import pack
 from ..llm import LLMClient, make_client
 from ..memory import INGEST_BATCH, Memory
@@ -39,6 +41,7 @@ class BenchConfig:
     answer_budget: int | None = None  # tokens the reader sees (default: settings.answer_budget)
     judge: dict[str, Any] | None = None  # Settings overrides of the judge model (e.g. {"llm": "openai", ...})
     settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides (embedder, turn_template ...)
+    embed_cache: Path | None = None  # share embeddings across engines and reruns (ingest times then exclude them)
 
 
 def conversations(config: BenchConfig) -> Iterator[Conversation]:
@@ -126,13 +129,16 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
     from .report import summarize, write_report
 
     per_engine: dict[str, list[dict[str, Any]]] = {}
+    shared: CachedEmbedder | None = None
+    if config.embed_cache is not None:
+        shared = CachedEmbedder(make_embedder(Settings.load(**config.settings)), config.embed_cache)
     for engine in config.engines:
         settings = Settings.load(db=config.out / "stores" / f"{engine}.db", engine=engine, **config.settings)
         checkpoints = config.out / "checkpoints" / engine
         judge_client = (
             make_client(Settings.load(**config.judge)) if config.answer and config.judge is not None else None
         )
-        with Memory(settings=settings) as memory:
+        with Memory(settings=settings, embedder=shared) as memory:
             done: list[dict[str, Any]] = []
             for i, conv in enumerate(conversations(config)):  # streamed again per engine: bounded memory
                 path = checkpoints / f"{_safe(conv.id)}.json"
@@ -145,6 +151,8 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
                 if progress:
                     progress(engine, i + 1, config.limit or 0)
         per_engine[engine] = done
+    if shared is not None:
+        shared.close()
     results = summarize(config, per_engine)
     write_report(config, results)
     return results
