@@ -457,8 +457,7 @@ def bench(
     template: Annotated[str | None, typer.Option(help="Turn indexing template, e.g. '{speaker}: {text}'.")] = None,
     embed_cache: Annotated[
         Path | None,
-        typer.Option(help="SQLite file of embeddings shared by the engines and by reruns (ingest times then exclude"
-                     " embedding)."),  # fmt: skip
+        typer.Option(help="SQLite file of embeddings shared by engines and reruns (ingest times exclude embedding)."),
     ] = None,
     judge: Annotated[
         str | None,
