@@ -105,6 +105,7 @@ class Memory:
             settings=self.settings,
             tokens=self.tokens,
             embedder_factory=lambda: self.embedder,
+            llm_factory=lambda: self.llm,
             progress=progress,
         )
 

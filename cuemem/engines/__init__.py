@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from importlib.metadata import entry_points
 
 from ..errors import UnknownEngineError
 from .base import Engine, EngineContext
 from .baselines import BM25Engine, DenseEngine, FullContext, HybridEngine
+from .stitch import VARIANTS as STITCH_VARIANTS
+from .stitch import variant as stitch_variant
 
 __all__ = ["Engine", "EngineContext", "available_engines", "get_engine"]
 
@@ -16,6 +19,7 @@ BUILTIN: dict[str, Callable[[], Engine]] = {
     "bm25": BM25Engine,
     "dense": DenseEngine,
     "hybrid": HybridEngine,
+    **{name: partial(stitch_variant, name) for name in STITCH_VARIANTS},
 }
 
 

@@ -8,7 +8,9 @@ from typing import Protocol, runtime_checkable
 
 from ..config import Settings
 from ..embed.base import Embedder
+from ..errors import CuememError
 from ..index.tokens import TokenCounter
+from ..llm.client import LLMClient
 from ..store.sqlite import SQLiteStore
 from ..types import Hit, Namespace, Turn
 
@@ -24,6 +26,7 @@ class EngineContext:
     tokens: TokenCounter
     embedder_factory: Callable[[], Embedder]
     progress: Callable[[int], None] | None = None
+    llm_factory: Callable[[], LLMClient] | None = None
     _embedder: Embedder | None = field(default=None, repr=False)
 
     @property
@@ -32,6 +35,13 @@ class EngineContext:
         if self._embedder is None:
             self._embedder = self.embedder_factory()
         return self._embedder
+
+    @property
+    def llm(self) -> LLMClient:
+        """The model client, for model-assisted engines (created on first use)."""
+        if self.llm_factory is None:
+            raise CuememError("this engine needs a model client, but none was given to the engine context")
+        return self.llm_factory()
 
     def hits_from_items(self, scored: Sequence[tuple[int, float]], engine: str) -> list[Hit]:
         """Turn (item id, score) pairs into hits carrying their source turn ids and token counts; an item

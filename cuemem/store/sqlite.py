@@ -543,6 +543,33 @@ class SQLiteStore:
                 [(item, ns, kind, label) for item, kind, label in rows],
             )
 
+    def relabel(self, ns: int, kind: str, mapping: dict[str, str], items: Sequence[int] | None = None) -> int:
+        """Rename labels of one kind (old -> new), on every item of the namespace or only on `items`; an item
+        that already has the new label keeps one copy. Returns how many label rows changed."""
+        changed = 0
+        with self.transaction() as c:
+            for old, new in mapping.items():
+                scope, params = "", [ns, kind, old]
+                if items is not None:
+                    scope = f" AND item IN ({','.join('?' * len(items))})"
+                    params += list(items)
+                rows = c.execute(f"SELECT item FROM labels WHERE ns=? AND kind=? AND label=?{scope}", params).fetchall()
+                c.executemany(
+                    "INSERT OR IGNORE INTO labels(item, ns, kind, label) VALUES(?,?,?,?)",
+                    [(item, ns, kind, new) for (item,) in rows],
+                )
+                c.execute(f"DELETE FROM labels WHERE ns=? AND kind=? AND label=?{scope}", params)
+                changed += len(rows)
+        return changed
+
+    def labels_in_space(self, ns: int, space: str) -> list[tuple[int, str, str]]:
+        """(item id, kind, label) of every labelled item of a space, in item order."""
+        return self._query(
+            "SELECT l.item, l.kind, l.label FROM labels l JOIN items i ON i.id = l.item"
+            " WHERE l.ns=? AND i.ns=? AND i.space=? ORDER BY l.item",
+            (ns, ns, space),
+        )
+
     def items_with_label(self, ns: int, kind: str, label: str) -> list[int]:
         return [
             r[0] for r in self._query("SELECT item FROM labels WHERE ns=? AND kind=? AND label=?", (ns, kind, label))

@@ -1,0 +1,8 @@
+"""STITCH, contextual-intent memory (DESIGN.md design 1): engines `stitch` (model-free), `stitch-llm` (model
+mode), `stitch-strict` (the paper's strict density ranking) and the ablations `stitch-noscope`, `stitch-noevent`,
+`stitch-noentity`, `stitch-nocoref`."""
+
+from .engine import VARIANTS, StitchConfig, StitchEngine, canonical_summary, variant
+from .vocabulary import Vocabulary
+
+__all__ = ["VARIANTS", "StitchConfig", "StitchEngine", "Vocabulary", "canonical_summary", "variant"]

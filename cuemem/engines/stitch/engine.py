@@ -1,0 +1,362 @@
+"""Engine `stitch`: contextual-intent memory (DESIGN.md design 1; STITCH, arXiv 2601.10702).
+
+Each step (turn) is indexed by a thematic scope, event types and key entity types, and stored with a canonical
+summary whose references are resolved from earlier steps of the same scope. A question derives a filter of
+scopes, event types and entity types; steps rank by label density, with semantic and lexical similarity to
+their canonical summary deciding among steps of equal density.
+
+Model-free mode (the default) labels with spaCy and embeddings at full ingest speed; model mode (`stitch-llm`)
+makes every label a constrained choice of the model client (see `labellers.py`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ...index.dense import embed_texts_cached
+from ...index.fusion import reciprocal_rank_fusion
+from ...index.live import bm25_search, dense_search
+from ...types import Hit, Turn
+from ..base import EngineContext
+from ..baselines import turn_document
+from .analysis import StepAnalysis, analyze_steps, wanted_types
+from .labellers import Labeller, ModelFreeLabeller, ModelLabeller, Step
+from .scope import OpenSegment, centroid
+from .vocabulary import Vocabulary
+
+
+@dataclass(frozen=True)
+class StitchConfig:
+    """The paper's parameters (scope window 50, N_start 50, k_event 5, k_update 50, k_retrieve 40, budget 4,096)
+    and the model-free mode's own, with the ablation switches."""
+
+    use_scope: bool = True
+    use_event: bool = True
+    use_entity: bool = True
+    use_coref: bool = True
+    model: bool = False  # label with the model client (constrained choices) instead of spaCy + embeddings
+    scope_window: int = 50  # steps of history the model sees when it decides the scope
+    n_start: int = 50  # steps whose event labels seed the vocabulary (zero-shot, no shortlist)
+    k_event: int = 5  # event labels shortlisted for the model to choose among (besides "new label")
+    k_update: int = 50  # steps between synonym merges of the vocabularies
+    k_retrieve: int = 40  # steps returned in strict ranking (soft ranking returns what search asks for)
+    budget: int = 4096
+    segment_window: int = 3  # recent steps a new step is compared with (model-free scope)
+    segment_threshold: float = 0.2  # cosine below which the topic has shifted
+    segment_max: int = 10  # steps after which a segment closes anyway
+    link_threshold: float = 0.8  # centroid cosine at which a closed segment joins an earlier one's scope
+    link_weight: float = 0.5  # weight of the linked scope's relevance beside the segment's own
+    synonym_threshold: float = 0.85  # label-embedding cosine at which two labels merge
+    event_boost: float = 0.2  # label density weights (soft ranking)
+    entity_boost: float = 0.2
+    fusion_depth: int = 400  # how deep each similarity list is read before fusion
+    ranking: str = "soft"  # "soft": density boosts the fused similarity; "strict": density first, then similarity
+
+
+STATE = "state"  # kv key of the ingestion state (open segment, recent steps, counters)
+
+
+@dataclass
+class IngestState:
+    segments: int = 0  # segment ids handed out
+    steps: int = 0
+    since_merge: int = 0
+    version: int = 0  # bumped on every write: query-side caches rebuild
+    open: OpenSegment = field(default_factory=OpenSegment)
+    scope_of_open: int = -1
+    recent: list[dict[str, Any]] = field(default_factory=list)  # last few steps: antecedents for coreference
+    events: Vocabulary = field(default_factory=lambda: Vocabulary("event"))
+    entities: Vocabulary = field(default_factory=lambda: Vocabulary("entity"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "segments": self.segments, "steps": self.steps, "since_merge": self.since_merge,
+            "version": self.version, "open": self.open.to_json(), "scope_of_open": self.scope_of_open,
+            "recent": self.recent, "events": self.events.to_json(), "entities": self.entities.to_json(),
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> IngestState:
+        if not data:
+            return cls()
+        return cls(
+            data["segments"], data["steps"], data["since_merge"], data["version"],
+            OpenSegment.from_json(data["open"]), data["scope_of_open"], data["recent"],
+            Vocabulary.from_json(data["events"], "event"), Vocabulary.from_json(data["entities"], "entity"),
+        )  # fmt: skip
+
+
+@dataclass
+class StepTable:
+    """Query-side view of a namespace's steps: label ids per step item, rebuilt when the store changes."""
+
+    ids: list[int]
+    position: dict[int, int]
+    segment: np.ndarray
+    scope: np.ndarray
+    events: list[frozenset[str]]
+    entities: list[frozenset[str]]
+
+
+class StitchEngine:
+    """STITCH: steps keyed by (thematic scope, event type, entity types), retrieved by label density."""
+
+    uses_embedder = True
+
+    def __init__(self, config: StitchConfig | None = None, name: str = "stitch") -> None:
+        self.config = config or StitchConfig()
+        self.name = name
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ names
+    def space(self, kind: str) -> str:
+        return f"{self.name}:{kind}"
+
+    def labeller(self, ctx: EngineContext) -> Labeller:
+        return ModelLabeller(self.config, ctx) if self.config.model else ModelFreeLabeller(self.config, ctx)
+
+    def state(self, ctx: EngineContext) -> IngestState:
+        return IngestState.from_json(ctx.store.kv_get(ctx.ns, self.name, STATE))
+
+    # ------------------------------------------------------------------ ingest
+    def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
+        """Label, resolve and store each new step; merge synonyms every k_update steps; all state in the store."""
+        step_space = self.space("step")
+        existing = ctx.store.item_ids(ctx.ns, step_space, [t.id for t in turns])
+        turns = [t for t in turns if t.id not in existing and t.seq is not None]
+        if not turns:
+            return
+        docs = [turn_document(t, ctx.settings.turn_template) for t in turns]
+        analyses = analyze_steps(docs)
+        hashes, vectors = embed_texts_cached(
+            ctx.embedder, docs, lambda hs: ctx.store.cached_embeddings(ctx.ns, ctx.embedder.name, hs)
+        )
+        labeller = self.labeller(ctx)
+        with self._lock:
+            state = self.state(ctx)
+            size = max(1, self.config.k_update)
+            for start in range(0, len(turns), size):
+                chunk = range(start, min(start + size, len(turns)))
+                steps = [Step(turns[i], docs[i], analyses[i], vectors[i], hashes[i]) for i in chunk]
+                try:
+                    with ctx.store.transaction():
+                        self._ingest_chunk(ctx, labeller, state, steps)
+                except BaseException:
+                    ctx.store.drop_cached(ctx.ns)  # in-memory indexes may hold rows that were rolled back
+                    raise
+
+    def _ingest_chunk(self, ctx: EngineContext, labeller: Labeller, state: IngestState, steps: list[Step]) -> None:
+        store, ns, cfg = ctx.store, ctx.ns, self.config
+        step_space = self.space("step")
+        for step in steps:
+            if labeller.shift(state, step):
+                self._close_segment(ctx, state)
+                state.open = OpenSegment(segment=state.segments, session=step.turn.session_id)
+                state.scope_of_open = state.segments
+                state.segments += 1
+            events = state.events.add_all(labeller.events(state, step)) if cfg.use_event else []
+            types = state.entities.add_all(labeller.entity_types(state, step)) if cfg.use_entity else []
+            antecedents = labeller.antecedents(state, step, events) if cfg.use_coref else []
+            summary = canonical_summary(step.doc, antecedents)
+            meta = {"segment": state.open.segment, "session_id": step.turn.session_id, "speaker": step.turn.speaker,
+                    "timestamp": step.turn.timestamp, "events": events, "entity_types": types,
+                    "resolved": antecedents}  # fmt: skip
+            store.put_items(ns, step_space, [(step.turn.id, summary, meta, [step.turn.seq], ctx.tokens.count(summary))])
+            item = store.item_ids(ns, step_space, [step.turn.id]).get(step.turn.id)
+            if item is None:  # its turn was deleted meanwhile
+                continue
+            store.put_vectors(ns, step_space, ctx.embedder.name, [(item, step.text_hash, step.vector)])
+            rows = [(item, "segment", f"g{state.open.segment}"), (item, "scope", f"s{state.scope_of_open}")]
+            rows += [(item, "event", e) for e in events] + [(item, "entity", t) for t in types]
+            store.put_labels(ns, rows)
+            state.open.members.append(item)
+            state.open.member_seqs.append(int(step.turn.seq or 0))
+            state.open.vectors.append([float(x) for x in step.vector])
+            state.open.gist = list(dict.fromkeys(state.open.gist + step.analysis.mentions[:3]))[-12:]
+            recent = {"segment": state.open.segment, "session": step.turn.session_id, "events": events,
+                      "mentions": step.analysis.mentions[:6], "text": step.doc[:300]}  # fmt: skip
+            state.recent = [*state.recent, recent][-max(cfg.segment_window, 8) :]
+            state.steps += 1
+            state.since_merge += 1
+        if state.since_merge >= cfg.k_update:
+            self._merge_synonyms(ctx, state)
+            state.since_merge = 0
+        state.version += 1
+        store.kv_set(ns, self.name, STATE, state.to_json())
+
+    def _close_segment(self, ctx: EngineContext, state: IngestState) -> None:
+        """Store the closing segment (its gist and centroid) and link it to an earlier segment of the same goal."""
+        seg = state.open
+        if seg.segment < 0 or not seg.members:
+            return
+        store, ns = ctx.store, ctx.ns
+        space, model = self.space("segment"), f"{ctx.embedder.name}#centroid"
+        vector = centroid(seg)
+        scope = state.scope_of_open
+        if self.config.use_scope and self.config.link_threshold <= 1.0:
+            best = dense_search(store, ns, space, model, vector, 1)
+            if best and best[0][1] >= self.config.link_threshold:
+                linked = store.get_items(ns, [best[0][0]]).get(best[0][0])
+                if linked is not None:
+                    scope = int(linked.meta["scope"])
+                    store.relabel(ns, "scope", {f"s{state.scope_of_open}": f"s{scope}"}, items=seg.members)
+        gist = "; ".join(seg.gist) or f"segment {seg.segment}"
+        key = f"g{seg.segment}"
+        store.put_items(ns, space, [(key, gist, {"scope": scope}, seg.member_seqs, ctx.tokens.count(gist))])
+        item = store.item_ids(ns, space, [key]).get(key)
+        if item is not None:
+            store.put_vectors(ns, space, model, [(item, f"centroid:{key}", vector)])
+
+    def _merge_synonyms(self, ctx: EngineContext, state: IngestState) -> None:
+        """Every k_update steps: fold synonym labels together and relabel the stored steps."""
+
+        def embed(labels: Sequence[str]) -> np.ndarray:
+            return embed_texts_cached(
+                ctx.embedder, list(labels), lambda hs: ctx.store.cached_embeddings(ctx.ns, ctx.embedder.name, hs)
+            )[1]
+
+        for kind, vocab in (("event", state.events), ("entity", state.entities)):
+            mapping = vocab.merge_synonyms(embed, self.config.synonym_threshold)
+            if mapping:
+                ctx.store.relabel(ctx.ns, kind, mapping)
+                for recent in state.recent:
+                    if kind == "event":
+                        recent["events"] = list(dict.fromkeys(mapping.get(e, e) for e in recent["events"]))
+
+    # ------------------------------------------------------------------ retrieve
+    def step_table(self, ctx: EngineContext) -> StepTable:
+        """Labels of every step, cached per namespace until the next write or delete."""
+        store, ns = ctx.store, ctx.ns
+        version = (store.epoch(ns), self.state(ctx).version)
+        key = ("stitch-table", ns, self.name)
+        with store.lock:
+            cached = store.cache.get(key)
+            if cached is not None and cached[0] == version:
+                return cached[1]
+            labels: dict[int, dict[str, list[str]]] = {}
+            for item, kind, label in store.labels_in_space(ns, self.space("step")):
+                labels.setdefault(item, {}).setdefault(kind, []).append(label)
+            ids = sorted(labels)
+            segments: dict[str, int] = {}
+            scopes: dict[str, int] = {}
+            table = StepTable(
+                ids=ids,
+                position={item: i for i, item in enumerate(ids)},
+                segment=np.array([segments.setdefault(labels[i].get("segment", ["?"])[0], len(segments)) for i in ids]),
+                scope=np.array([scopes.setdefault(labels[i].get("scope", ["?"])[0], len(scopes)) for i in ids]),
+                events=[frozenset(labels[i].get("event", [])) for i in ids],
+                entities=[frozenset(labels[i].get("entity", [])) for i in ids],
+            )
+            store.cache[key] = (version, table)
+            return table
+
+    def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
+        cfg = self.config
+        table = self.step_table(ctx)
+        n = len(table.ids)
+        if n == 0 or k <= 0:
+            return []
+        step_space = self.space("step")
+        query_vector = np.asarray(ctx.embedder.embed([query])[0])
+        lexical = _dense_array(bm25_search(ctx.store, ctx.ns, step_space, query, n, ctx.settings.bm25_stopwords),
+                               table, fill=0.0)  # fmt: skip
+        semantic = _dense_array(dense_search(ctx.store, ctx.ns, step_space, ctx.embedder.name, query_vector, n),
+                                table, fill=-1.0)  # fmt: skip
+        lists = [lexical, semantic]
+        if cfg.use_scope:
+            for scores in (lexical, semantic):
+                relevance = _group_max(scores, table.segment) + cfg.link_weight * _group_max(scores, table.scope)
+                lists.append(relevance + 0.01 * scores)  # within a scope, the step's own similarity decides
+        depth = min(n, cfg.fusion_depth)
+        rankings = [np.argsort(-s, kind="stable")[:depth].tolist() for s in lists]
+        fused = [(int(i), s) for i, s in reciprocal_rank_fusion(rankings, k=ctx.settings.rrf_k)]
+        state = self.state(ctx)
+        events, types = self.labeller(ctx).query_filter(state, query, query_vector, analyze_query(query))
+        ranked = self._rank_by_density(table, fused, lists, set(events), set(types), k)
+        hits = ctx.hits_from_items([(table.ids[i], score) for i, score in ranked], self.name)
+        for hit in hits:
+            hit.detail = {**hit.detail, "filter": {"events": events, "entity_types": types}}
+        return hits
+
+    def _rank_by_density(self, table: StepTable, fused: list[tuple[int, float]], lists: list[np.ndarray],
+                         events: set[str], types: set[str], k: int) -> list[tuple[int, float]]:  # fmt: skip
+        """Label density: how many of the query's filter labels a step carries (event types, entity types, and in
+        strict ranking the query's best scopes)."""
+        cfg = self.config
+        use_events = cfg.use_event and bool(events)
+        use_types = cfg.use_entity and bool(types)
+
+        def density(i: int) -> tuple[int, int]:
+            event_match = use_events and bool(table.events[i] & events)
+            type_match = use_types and bool(table.entities[i] & types)
+            return int(event_match), int(type_match)
+
+        if cfg.ranking == "strict":
+            scopes: set[int] = set()
+            if cfg.use_scope:
+                best = [i for i, _ in fused[:3]]
+                scopes = {int(table.scope[i]) for i in best}
+            scored = [(i, sum(density(i)) + int(int(table.scope[i]) in scopes), s) for i, s in fused]
+            matched = sorted([x for x in scored if x[1] > 0], key=lambda x: (-x[1], -x[2]))
+            if not matched:  # the filter matches nothing: fall back to dense search
+                order = np.argsort(-lists[1], kind="stable")[:k]
+                return [(int(i), float(lists[1][i])) for i in order]
+            return [(i, d + s) for i, d, s in matched[: min(k, cfg.k_retrieve)]]
+        boosted = []
+        for i, s in fused:
+            ev, ty = density(i)
+            boosted.append((i, s * (1.0 + cfg.event_boost * ev + cfg.entity_boost * ty)))
+        boosted.sort(key=lambda x: -x[1])
+        return boosted[:k]
+
+
+def canonical_summary(doc: str, antecedents: Sequence[str]) -> str:
+    """The step as stored for retrieval: its text with what its references point to (the raw turn stays in the
+    log untouched)."""
+    return f"{doc} (re: {'; '.join(antecedents)})" if antecedents else doc
+
+
+def analyze_query(query: str) -> StepAnalysis:
+    analysis = analyze_steps([query])[0]
+    analysis.entity_types = wanted_types(query, analysis)
+    return analysis
+
+
+def _dense_array(scored: list[tuple[int, float]], table: StepTable, fill: float) -> np.ndarray:
+    out = np.full(len(table.ids), fill, dtype=np.float32)
+    for item, score in scored:
+        pos = table.position.get(item)
+        if pos is not None:
+            out[pos] = score
+    return out
+
+
+def _group_max(scores: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Each step's group's best score (a scope is as relevant as its most relevant step)."""
+    best = np.full(int(groups.max()) + 1, -np.inf, dtype=np.float32)
+    np.maximum.at(best, groups, scores)
+    return best[groups]
+
+
+VARIANTS: dict[str, StitchConfig] = {
+    "stitch": StitchConfig(),
+    "stitch-llm": StitchConfig(model=True),
+    "stitch-strict": StitchConfig(ranking="strict"),
+    "stitch-noscope": StitchConfig(use_scope=False),
+    "stitch-noevent": StitchConfig(use_event=False),
+    "stitch-noentity": StitchConfig(use_entity=False),
+    "stitch-nocoref": StitchConfig(use_coref=False),
+}
+
+
+def variant(name: str, **overrides: Any) -> StitchEngine:
+    """A named STITCH variant (model-free default, model mode, strict ranking, the four ablations)."""
+    return StitchEngine(replace(VARIANTS[name], **overrides), name=name)
+
+
+__all__ = ["VARIANTS", "StitchConfig", "StitchEngine", "canonical_summary", "variant"]

@@ -1,0 +1,183 @@
+"""Who assigns STITCH's labels: spaCy and embeddings (model-free mode) or the model client (model mode).
+
+Both answer the same questions per step: does the scope change here, which event types, which entity types,
+which earlier mentions do its references point to; and per question, which event and entity types to filter on.
+In model mode every answer is a constrained choice among candidates plus a "new"/"none" option, so a label can
+never fall outside its vocabulary (DESIGN.md promise 5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from ...index.dense import embed_texts_cached
+from ...types import Turn
+from ..base import EngineContext
+from .analysis import StepAnalysis
+from .scope import topic_shift
+
+if TYPE_CHECKING:
+    from .engine import IngestState, StitchConfig
+
+
+@dataclass
+class Step:
+    turn: Turn
+    doc: str  # the turn as indexed ("[date] speaker: text [image: ...]")
+    analysis: StepAnalysis
+    vector: np.ndarray  # the doc's embedding
+    text_hash: str
+
+
+class Labeller(Protocol):
+    def shift(self, state: IngestState, step: Step) -> bool: ...
+
+    def events(self, state: IngestState, step: Step) -> list[str]: ...
+
+    def entity_types(self, state: IngestState, step: Step) -> list[str]: ...
+
+    def antecedents(self, state: IngestState, step: Step, events: Sequence[str]) -> list[str]: ...
+
+    def query_filter(
+        self, state: IngestState, query: str, vector: np.ndarray, analysis: StepAnalysis
+    ) -> tuple[list[str], list[str]]: ...
+
+
+class ModelFreeLabeller:
+    """Scope by topic-shift segmentation, events from action phrases, types from NER and noun heads."""
+
+    def __init__(self, config: StitchConfig, ctx: EngineContext) -> None:
+        self.config = config
+        self.ctx = ctx
+
+    def shift(self, state: IngestState, step: Step) -> bool:
+        cfg = self.config
+        return topic_shift(state.open, step.vector, step.turn.session_id, window=cfg.segment_window,
+                           threshold=cfg.segment_threshold, max_steps=cfg.segment_max)  # fmt: skip
+
+    def events(self, state: IngestState, step: Step) -> list[str]:
+        return step.analysis.actions[:3]
+
+    def entity_types(self, state: IngestState, step: Step) -> list[str]:
+        return step.analysis.entity_types
+
+    def compatible(self, state: IngestState, step: Step, events: Sequence[str]) -> list[dict[str, Any]]:
+        """Earlier steps a reference may point to: same scope (same session without scopes), most recent first,
+        those sharing an event type before the rest."""
+        recent = state.recent[-self.config.segment_window :]
+        if self.config.use_scope:
+            same = [r for r in reversed(recent) if r["segment"] == state.open.segment]
+        else:
+            same = [r for r in reversed(recent) if r["session"] == step.turn.session_id]
+        if self.config.use_event and events:
+            same.sort(key=lambda r: not set(r["events"]) & set(events))  # stable: recency within each group
+        return same
+
+    def antecedents(self, state: IngestState, step: Step, events: Sequence[str]) -> list[str]:
+        if not step.analysis.refers:
+            return []
+        for candidate in self.compatible(state, step, events):
+            mentions = [m for m in candidate["mentions"] if m.lower() not in step.doc.lower()]
+            if mentions:
+                return mentions[:6]
+        return []
+
+    def query_filter(
+        self, state: IngestState, query: str, vector: np.ndarray, analysis: StepAnalysis
+    ) -> tuple[list[str], list[str]]:
+        events = [e for e in (state.events.canonical(a) for a in analysis.actions) if e]
+        types = [t for t in analysis.entity_types if t in state.entities]
+        return list(dict.fromkeys(events)), types
+
+
+NEW = "(new label)"
+NONE = "(none)"
+
+
+class ModelLabeller(ModelFreeLabeller):
+    """Model mode: the model client picks each label among candidates (constrained choice); spaCy and the
+    embedder only propose the candidates."""
+
+    def _choose(self, instruction: str, context: str, options: list[str]) -> str:
+        messages = [
+            {"role": "system", "content": "You label steps of a conversation. Answer with one of the options."},
+            {"role": "user", "content": f"{context}\n\n{instruction}\nOptions: " + " | ".join(options)},
+        ]
+        return self.ctx.llm.choose(messages, options, k=1)[0].option
+
+    def _window(self, state: IngestState) -> str:
+        lines = [r["text"] for r in state.recent[-self.config.scope_window :]]
+        return "\n".join(lines[-8:])  # the newest steps of the window: what fits a small model's attention
+
+    def shift(self, state: IngestState, step: Step) -> bool:
+        if state.open.segment < 0 or step.turn.session_id != state.open.session:
+            return True  # a new session always opens a scope (no call needed)
+        if len(state.open.members) >= self.config.segment_max * 3:
+            return True
+        gist = ", ".join(state.open.gist) or "(none yet)"
+        context = f"Current topic: {gist}\nRecent messages:\n{self._window(state)}\n\nNew message: {step.doc[:300]}"
+        answer = self._choose("Does the new message continue the current topic or start a new goal?", context,
+                              ["continues the topic", "starts a new goal"])  # fmt: skip
+        return answer == "starts a new goal"
+
+    def _label_vectors(self, labels: list[str]) -> dict[str, np.ndarray]:
+        ctx = self.ctx
+        _, vectors = embed_texts_cached(
+            ctx.embedder, labels, lambda hs: ctx.store.cached_embeddings(ctx.ns, ctx.embedder.name, hs)
+        )
+        return dict(zip(labels, vectors, strict=True))
+
+    def events(self, state: IngestState, step: Step) -> list[str]:
+        proposals = step.analysis.actions[:3]
+        if state.steps < self.config.n_start:  # seed phase: the step's own action phrases
+            if len(proposals) <= 1:
+                return proposals
+            return [self._choose("Which action is this message about?", step.doc[:400], proposals)]
+        shortlist = state.events.shortlist(step.vector, self._label_vectors(state.events.labels()), self.config.k_event)
+        fresh = [p for p in proposals if state.events.canonical(p) not in shortlist]
+        options = shortlist + [f"{NEW} {p}" for p in fresh[:2]]
+        if not options:
+            return []
+        answer = self._choose("Which event type is this message?", step.doc[:400], options)
+        return [answer.removeprefix(f"{NEW} ")]
+
+    def entity_types(self, state: IngestState, step: Step) -> list[str]:
+        options = list(dict.fromkeys(step.analysis.entity_types + state.entities.labels()))[:12]
+        if not options:
+            return []
+        answer = self._choose("Which kind of information does this message carry?", step.doc[:400], [*options, NONE])
+        return [] if answer == NONE else [answer]
+
+    def antecedents(self, state: IngestState, step: Step, events: Sequence[str]) -> list[str]:
+        if not step.analysis.refers:
+            return []
+        mentions: list[str] = []
+        for candidate in self.compatible(state, step, events):
+            mentions += [m for m in candidate["mentions"] if m.lower() not in step.doc.lower()]
+        mentions = list(dict.fromkeys(mentions))[:8]
+        if not mentions:
+            return []
+        context = f"Earlier: {self._window(state)}\n\nMessage: {step.doc[:300]}"
+        answer = self._choose("What does the message refer to?", context, [*mentions, NONE])
+        return [] if answer == NONE else [answer]
+
+    def query_filter(
+        self, state: IngestState, query: str, vector: np.ndarray, analysis: StepAnalysis
+    ) -> tuple[list[str], list[str]]:
+        events: list[str] = []
+        labels = state.events.labels()
+        if labels:
+            shortlist = state.events.shortlist(vector, self._label_vectors(labels), self.config.k_event)
+            answer = self._choose("Which event type is the question about?", query, [*shortlist, NONE])
+            events = [] if answer == NONE else [answer]
+        types: list[str] = []
+        if state.entities.labels():
+            options = list(dict.fromkeys([t for t in analysis.entity_types if t in state.entities]
+                                         + state.entities.labels()))[:12]  # fmt: skip
+            answer = self._choose("Which kind of information does the question ask for?", query, [*options, NONE])
+            types = [] if answer == NONE else [answer]
+        return events, types

@@ -1,0 +1,272 @@
+"""Engine `stitch` (DESIGN.md design 1): vocabularies, merges, coreference, restart, model mode, retrieval."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from cuemem import UnknownNamespaceError
+from cuemem.embed import HashingEmbedder
+from cuemem.engines import get_engine
+from cuemem.engines.stitch import StitchEngine, Vocabulary, canonical_summary
+from cuemem.engines.stitch.analysis import analyze_steps, wanted_types
+from cuemem.llm.base import Choice, Usage
+from cuemem.llm.client import LLMClient
+
+SYNONYMS = {"purchase": "buy", "purchased": "bought", "acquire": "buy"}
+
+
+class SynonymEmbedder(HashingEmbedder):
+    """Hashing vectors, except that a few synonyms embed exactly like their partner (so they must merge)."""
+
+    def embed(self, texts):
+        return super().embed([" ".join(SYNONYMS.get(w, w) for w in t.split()) for t in texts])
+
+
+def conversation(n_sessions: int = 4, per_session: int = 12, seed: int = 0) -> list[dict]:
+    """Sessions of trip planning, pets and shopping, with replies that refer back ("it", "that")."""
+    rng = random.Random(seed)
+    lines = [
+        ("Maya", "We booked the Apollo Hotel in Lisbon for Day {d}, it costs {p} euros a night."),
+        ("Theo", "Is it close to the river?"),
+        ("Maya", "Yes, that one is near Rossio station."),
+        ("Theo", "I bought a new guitar on {day} at the music store."),
+        ("Maya", "Nice, did you purchase the red one?"),
+        ("Theo", "My dog Miso learned to fetch in the park yesterday."),
+        ("Maya", "That sounds lovely, how old is he?"),
+        ("Theo", "He is three years old."),
+        ("Maya", "I painted a sunset with my kids last weekend."),
+        ("Theo", "We acquired two tickets for the concert in Porto."),
+        ("Maya", "When is that?"),
+        ("Theo", "It is on the 14th of June."),
+    ]
+    turns = []
+    for s in range(n_sessions):
+        for i in range(per_session):
+            speaker, text = lines[(i + s) % len(lines)]
+            text = text.format(d=s + 1, p=90 + 10 * s, day=rng.choice(["Monday", "Friday"]))
+            turns.append({"id": f"s{s}t{i}", "speaker": speaker, "text": text, "session_id": f"S{s}",
+                          "timestamp": f"2023-05-{10 + s:02d}"})  # fmt: skip
+    return turns
+
+
+def stored_labels(memory, engine: StitchEngine, user: str = "u") -> dict[str, dict[str, set[str]]]:
+    """turn id -> kind -> labels, as stored."""
+    ns = memory.store.namespace_id(memory.namespace(user))
+    items = memory.store.get_items(ns, [i for i, _, _ in memory.store.labels_in_space(ns, engine.space("step"))])
+    out: dict[str, dict[str, set[str]]] = {}
+    for item, kind, label in memory.store.labels_in_space(ns, engine.space("step")):
+        out.setdefault(items[item].key, {}).setdefault(kind, set()).add(label)
+    return out
+
+
+def state_of(memory, engine: StitchEngine, user: str = "u"):
+    ns = memory.store.namespace_id(memory.namespace(user))
+    return engine.state(memory._context(ns, memory.namespace(user)))
+
+
+def small(name: str = "stitch", **overrides) -> StitchEngine:
+    from cuemem.engines.stitch import variant
+
+    return variant(name, k_update=10, n_start=8, **overrides)
+
+
+def test_variants_are_registered_engines():
+    for name in ("stitch", "stitch-llm", "stitch-strict", "stitch-noscope", "stitch-noevent", "stitch-noentity",
+                 "stitch-nocoref"):  # fmt: skip
+        engine = get_engine(name)
+        assert isinstance(engine, StitchEngine) and engine.name == name
+    assert not get_engine("stitch-noscope").config.use_scope
+    assert get_engine("stitch-llm").config.model
+    assert get_engine("stitch").config.k_retrieve == 40 and get_engine("stitch").config.n_start == 50
+
+
+def test_model_free_analysis_reads_actions_types_and_references():
+    booked, reply = analyze_steps(["Maya booked the Apollo Hotel in Lisbon for 120 euros.", "Is it close?"])
+    assert "book" in booked.actions
+    assert {"Location", "Price"} <= set(booked.entity_types) or "Location" in booked.entity_types
+    assert any("Apollo" in m for m in booked.mentions)
+    assert reply.refers and not booked.refers
+    question = analyze_steps(["When did Theo buy the guitar?"])[0]
+    assert wanted_types("When did Theo buy the guitar?", question)[:2] == ["Date", "Time"]
+
+
+def test_vocabulary_merge_folds_synonyms_into_the_older_label():
+    vocab = Vocabulary("event")
+    for word in ["buy", "buy", "paint", "purchase", "acquire"]:
+        vocab.add(word)
+    mapping = vocab.merge_synonyms(SynonymEmbedder(dim=64).embed, threshold=0.99)
+    assert mapping == {"purchase": "buy", "acquire": "buy"}
+    assert vocab.labels() == ["buy", "paint"] and vocab.counts["buy"] == 4
+    assert vocab.add("purchase") == "buy" and vocab.canonical("acquire") == "buy"  # aliases stay
+    assert vocab.merge_synonyms(SynonymEmbedder(dim=64).embed, threshold=0.99) == {}  # nothing fresh
+    restored = Vocabulary.from_json(vocab.to_json(), "event")
+    assert restored == vocab
+
+
+def test_labels_are_always_members_of_their_vocabularies_and_merges_keep_them_valid(make_memory):
+    engine = small()
+    memory = make_memory("stitch", embedder=SynonymEmbedder())
+    memory._engines["stitch"] = memory.engine = engine
+    memory.add(conversation(), user_id="u")
+    state = state_of(memory, engine)
+    labels = stored_labels(memory, engine)
+    assert len(labels) == 48
+    for turn_labels in labels.values():
+        assert turn_labels.get("event", set()) <= set(state.events.labels())
+        assert turn_labels.get("entity", set()) <= set(state.entities.labels())
+        assert len(turn_labels["scope"]) == 1 and len(turn_labels["segment"]) == 1
+    assert state.events.aliases.get("purchase") == "buy"  # merged during ingestion ...
+    assert all("purchase" not in t.get("event", set()) for t in labels.values())  # ... and relabelled
+    assert any("buy" in t.get("event", set()) for t in labels.values())
+    assert state.steps == 48
+
+
+def test_coreference_rewrite_never_replaces_the_raw_turn(make_memory):
+    engine = small()
+    memory = make_memory("stitch")
+    memory._engines["stitch"] = memory.engine = engine
+    turns = conversation(n_sessions=1)
+    memory.add(turns, user_id="u")
+    ns = memory.store.namespace_id(memory.namespace("u"))
+    rewritten = 0
+    for turn in turns:
+        assert memory.get(turn["id"], user_id="u").text == turn["text"]  # the log keeps the raw turn
+        item = memory.store.get_items(ns, list(memory.store.item_ids(ns, engine.space("step"), [turn["id"]]).values()))
+        (step,) = item.values()
+        assert step.text.startswith(f"[{turn['timestamp']}] {turn['speaker']}: {turn['text']}")
+        if step.meta["resolved"]:
+            rewritten += 1
+            assert step.text == canonical_summary(step.text.split(" (re: ")[0], step.meta["resolved"])
+    assert rewritten >= 3  # "Is it close to the river?" and friends got their antecedents
+    hit = memory.search("Is the hotel close to the river?", user_id="u", k=3).hits[0]
+    assert hit.turn_ids and hit.engine == "stitch"
+
+
+def test_a_restart_continues_with_the_same_vocabularies(make_memory):
+    turns = conversation()
+    whole = make_memory("stitch", name="whole.db")
+    engine = small()
+    whole._engines["stitch"] = whole.engine = engine
+    whole.add(turns, user_id="u")
+
+    first = make_memory("stitch", name="split.db")
+    first._engines["stitch"] = first.engine = small()
+    first.add(turns[:20], user_id="u")
+    first.close()
+    again = make_memory("stitch", name="split.db")  # a new process: nothing but the store carries over
+    resumed = small()
+    again._engines["stitch"] = again.engine = resumed
+    assert state_of(again, resumed).events.labels()  # the vocabulary came back from the store
+    again.add(turns[20:], user_id="u")
+
+    assert state_of(again, resumed).to_json() == state_of(whole, engine).to_json()
+    assert stored_labels(again, resumed) == stored_labels(whole, engine)
+
+
+def test_retrieval_ranks_the_matching_step_and_reports_its_filter(make_memory):
+    engine = small()
+    memory = make_memory("stitch")
+    memory._engines["stitch"] = memory.engine = engine
+    memory.add(conversation(), user_id="u")
+    hits = memory.search("When did Theo buy the guitar?", user_id="u", k=5).hits
+    assert any("guitar" in h.text for h in hits[:2])
+    assert hits[0].detail["filter"]["entity_types"][:1] == ["Date"]
+    assert "buy" in hits[0].detail["filter"]["events"]
+    with pytest.raises(UnknownNamespaceError):
+        memory.search("anything", user_id="nobody", k=5)
+
+
+def test_strict_ranking_returns_at_most_k_retrieve_and_falls_back_to_dense(make_memory):
+    engine = small("stitch-strict", k_retrieve=3, use_scope=False)  # the filter: event and entity types only
+    memory = make_memory("stitch-strict")
+    memory._engines["stitch-strict"] = memory.engine = engine
+    memory.add(conversation(n_sessions=2), user_id="u")
+    hits = memory.search("When did Theo buy the guitar?", user_id="u", k=10).hits
+    assert 0 < len(hits) <= 3
+    fallback = memory.search("zzqx", user_id="u", k=4).hits  # no label and no word matches: dense order
+    assert len(fallback) == 4
+
+
+@pytest.mark.parametrize("name", ["stitch-noscope", "stitch-noevent", "stitch-noentity", "stitch-nocoref"])
+def test_ablations_ingest_and_retrieve(make_memory, name):
+    memory = make_memory(name)
+    memory.add(conversation(n_sessions=2), user_id="u")
+    engine = memory.engine
+    labels = stored_labels(memory, engine)
+    if name == "stitch-noevent":
+        assert all("event" not in t for t in labels.values())
+    if name == "stitch-noentity":
+        assert all("entity" not in t for t in labels.values())
+    ns = memory.store.namespace_id(memory.namespace("u"))
+    items = memory.store.get_items(ns, [i for i, _, _ in memory.store.labels_in_space(ns, engine.space("step"))])
+    if name == "stitch-nocoref":
+        assert all(not it.meta["resolved"] for it in items.values())
+    assert memory.search("Where is the Apollo Hotel?", user_id="u", k=3).hits
+
+
+def test_delete_and_reindex_reach_the_stitch_index(make_memory):
+    memory = make_memory("stitch")
+    memory.add(conversation(n_sessions=2), user_id="u")
+    memory.delete("s0t3", user_id="u")
+    assert all("s0t3" not in h.turn_ids for h in memory.search("guitar", user_id="u", k=50).hits)
+    memory.reindex(user_id="u")  # rebuilt from the log: as if the deleted turn had never been there
+    fresh = make_memory("stitch", name="fresh.db")
+    fresh.add([t for t in conversation(n_sessions=2) if t["id"] != "s0t3"], user_id="u")
+    for query in ("guitar music store", "When is the concert?"):
+        rebuilt = [h.turn_ids for h in memory.search(query, user_id="u", k=8).hits]
+        assert rebuilt == [h.turn_ids for h in fresh.search(query, user_id="u", k=8).hits]
+
+
+class ScriptedBackend:
+    """A deterministic model: picks the last option (so "new label"/"none" paths are taken too), or the first."""
+
+    name = "scripted:1"
+
+    def __init__(self) -> None:
+        self.requests: list[list[str]] = []
+
+    def choose(self, messages, options, k, beam):
+        self.requests.append(list(options))
+        pick = options[len(self.requests) % len(options)]
+        return [Choice(pick, -0.1)], Usage(len(messages[-1]["content"]) // 4, 1)
+
+    def chat(self, messages, *, max_tokens, temperature):  # pragma: no cover - not used by stitch
+        raise AssertionError("stitch never generates free text")
+
+    def json(self, messages, schema, *, max_tokens):  # pragma: no cover
+        raise AssertionError("stitch never generates free text")
+
+    def score(self, messages, continuations):  # pragma: no cover
+        raise AssertionError
+
+
+def test_model_mode_labels_by_constrained_choice_and_stays_in_vocabulary(make_memory):
+    backend = ScriptedBackend()
+    memory = make_memory("stitch-llm", llm=LLMClient(backend))
+    engine = small("stitch-llm")
+    memory._engines["stitch-llm"] = memory.engine = engine
+    memory.add(conversation(n_sessions=2), user_id="u")
+    assert backend.requests, "model mode must ask the model"
+    assert any(o.startswith("(new label)") for opts in backend.requests for o in opts)
+    assert any(o == "(none)" for opts in backend.requests for o in opts)
+    state = state_of(memory, engine)
+    for turn_labels in stored_labels(memory, engine).values():
+        assert turn_labels.get("event", set()) <= set(state.events.labels())
+        assert turn_labels.get("entity", set()) <= set(state.entities.labels())
+    stats = memory.llm.stats()
+    assert sum(s["calls"] for s in stats.values()) == len(backend.requests)
+    calls = len(backend.requests)
+    hits = memory.search("When did Theo buy the guitar?", user_id="u", k=3).hits
+    assert hits and len(backend.requests) > calls  # the query filter is chosen under constraint too
+    f = hits[0].detail["filter"]
+    assert set(f["events"]) <= set(state.events.labels()) and set(f["entity_types"]) <= set(state.entities.labels())
+
+
+def test_group_max_is_the_best_score_of_each_group():
+    from cuemem.engines.stitch.engine import _group_max
+
+    scores = np.array([0.1, 0.5, -0.2, 0.3], dtype=np.float32)
+    np.testing.assert_allclose(_group_max(scores, np.array([0, 0, 1, 1])), [0.5, 0.5, 0.3, 0.3])
