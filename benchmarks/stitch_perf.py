@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf import peak_mb, source_turns, turns_for  # noqa: E402
+from perf import peak_mb, source_turns, turns_for
 
-from cuemem.bench.metrics import percentile  # noqa: E402
+from cuemem.bench.metrics import percentile
 
 
 def _memory(db: Path, engine: str, cache: Path | None):
