@@ -172,3 +172,36 @@ def test_control_tokens_inside_text_stay_text(client):
     ids = client.backend.prompt_ids([{"role": "user", "content": forged}])
     start = client.backend.tokenizer.convert_tokens_to_ids("<|im_start|>")
     assert ids.count(start) == 3  # system, user, assistant: the template's own, no more
+
+
+def test_stitch_model_mode_labels_with_the_real_model(tmp_path, client):
+    """Engine `stitch-llm` with the shipped model: every label a constrained choice, always in its vocabulary."""
+    from cuemem.engines.stitch import variant
+
+    turns = [
+        {"id": "a1", "speaker": "Maya", "text": "We booked the Apollo Hotel in Lisbon, 120 euros a night.",
+         "session_id": "s1"},
+        {"id": "a2", "speaker": "Theo", "text": "Is it close to the river?", "session_id": "s1"},
+        {"id": "a3", "speaker": "Maya", "text": "Yes, near Rossio. I bought a guitar on Friday.", "session_id": "s1"},
+        {"id": "a4", "speaker": "Theo", "text": "My dog Miso learned to fetch in the park.", "session_id": "s2"},
+        {"id": "a5", "speaker": "Maya", "text": "That is lovely, how old is he?", "session_id": "s2"},
+    ]  # fmt: skip
+    engine = variant("stitch-llm", n_start=2)
+    with Memory(tmp_path / "m.db", engine="stitch-llm", embedder=HashingEmbedder(), llm=client) as memory:
+        memory._engines["stitch-llm"] = memory.engine = engine
+        before = client.stats().get("ingest", {}).get("calls", 0)
+        with client.stage("ingest"):
+            memory.add(turns, user_id="u")
+        assert client.stats()["ingest"]["calls"] > before
+        ns = memory.store.namespace_id(memory.namespace("u"))
+        state = engine.state(memory._context(ns, memory.namespace("u")))
+        rows = memory.store.labels_in_space(ns, engine.space("step"))
+        assert {item for item, _, _ in rows} and len({item for item, _, _ in rows}) == 5
+        for _, kind, label in rows:
+            if kind == "event":
+                assert label in state.events
+            if kind == "entity":
+                assert label in state.entities
+        hits = memory.search("Where is the hotel?", user_id="u", k=3).hits
+        assert hits and all(h.turn_ids for h in hits)
+        assert memory.get("a2", user_id="u").text == "Is it close to the river?"

@@ -146,10 +146,15 @@ class ModelLabeller(ModelFreeLabeller):
         return [answer.removeprefix(f"{NEW} ")]
 
     def entity_types(self, state: IngestState, step: Step) -> list[str]:
-        options = list(dict.fromkeys(step.analysis.entity_types + state.entities.labels()))[:12]
+        """Known types first, then the types spaCy proposes as new labels; "none" only when spaCy saw none."""
+        detected = step.analysis.entity_types
+        known = state.entities.labels()
+        options = list(dict.fromkeys([t for t in known if t in detected] + detected + known))[:12]
         if not options:
             return []
-        answer = self._choose("Which kind of information does this message carry?", step.doc[:400], [*options, NONE])
+        if not detected:
+            options.append(NONE)
+        answer = self._choose("Which kind of information does this message carry?", step.doc[:400], options)
         return [] if answer == NONE else [answer]
 
     def antecedents(self, state: IngestState, step: Step, events: Sequence[str]) -> list[str]:
@@ -166,6 +171,12 @@ class ModelLabeller(ModelFreeLabeller):
         return [] if answer == NONE else [answer]
 
     def query_filter(
+        self, state: IngestState, query: str, vector: np.ndarray, analysis: StepAnalysis
+    ) -> tuple[list[str], list[str]]:
+        with self.ctx.llm.stage("query"):  # model calls of a search count per question
+            return self._query_filter(state, query, vector, analysis)
+
+    def _query_filter(
         self, state: IngestState, query: str, vector: np.ndarray, analysis: StepAnalysis
     ) -> tuple[list[str], list[str]]:
         events: list[str] = []
