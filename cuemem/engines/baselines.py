@@ -19,12 +19,15 @@ from .base import EngineContext
 TURN_SPACE = "turn"
 
 
+def turn_words(turn: Turn) -> str:
+    """A turn's words with its image caption, if it carries one."""
+    caption = turn.metadata.get("blip_caption") or turn.metadata.get("image_caption")
+    return f"{turn.text} [image: {caption}]" if caption else turn.text
+
+
 def turn_document(turn: Turn, template: str = "{date}{speaker}: {text}") -> str:
     """The text a baseline indexes for a turn: its date, speaker, words and any image caption."""
-    text = turn.text
-    caption = turn.metadata.get("blip_caption") or turn.metadata.get("image_caption")
-    if caption:
-        text = f"{text} [image: {caption}]"
+    text = turn_words(turn)
     date = f"[{turn.timestamp}] " if turn.timestamp else ""
     return template.format(date=date, speaker=turn.speaker, text=text, session=turn.session_id)
 

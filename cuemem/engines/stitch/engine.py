@@ -23,7 +23,7 @@ from ...index.fusion import reciprocal_rank_fusion
 from ...index.live import bm25_search, dense_search
 from ...types import Hit, Turn
 from ..base import EngineContext
-from ..baselines import turn_document
+from ..baselines import turn_document, turn_words
 from .analysis import StepAnalysis, analyze_steps, wanted_types
 from .labellers import Labeller, ModelFreeLabeller, ModelLabeller, Step
 from .scope import OpenSegment, centroid
@@ -132,7 +132,7 @@ class StitchEngine:
         if not turns:
             return
         docs = [turn_document(t, ctx.settings.turn_template) for t in turns]
-        analyses = analyze_steps([step_text(t) for t in turns])  # not the date prefix: it would tag every step
+        analyses = analyze_steps([turn_words(t) for t in turns])  # not the date prefix: it would tag every step
         hashes, vectors = embed_texts_cached(
             ctx.embedder, docs, lambda hs: ctx.store.cached_embeddings(ctx.ns, ctx.embedder.name, hs)
         )
@@ -313,12 +313,6 @@ class StitchEngine:
             boosted.append((i, s * (1.0 + cfg.event_boost * ev + cfg.entity_boost * ty)))
         boosted.sort(key=lambda x: -x[1])
         return boosted[:k]
-
-
-def step_text(turn: Turn) -> str:
-    """What the labellers read: the turn's words and any image caption, without the indexing template."""
-    caption = turn.metadata.get("blip_caption") or turn.metadata.get("image_caption")
-    return f"{turn.text} [image: {caption}]" if caption else turn.text
 
 
 def canonical_summary(doc: str, antecedents: Sequence[str]) -> str:
