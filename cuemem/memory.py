@@ -42,26 +42,29 @@ class AddResult:
 
 
 class Memory:
-    """Long-term memory over one store. `engine` picks the retrieval strategy (default: settings.engine)."""
+    """Long-term memory over one store. `engine` picks the retrieval strategy: a registered name (default:
+    settings.engine) or an engine instance, e.g. `cuemem.engines.stitch.variant("stitch", k_update=100)`."""
 
     def __init__(
         self,
         path: str | Path | None = None,
         *,
-        engine: str | None = None,
+        engine: str | Engine | None = None,
         embedder: Embedder | None = None,
         llm: LLMClient | None = None,
         settings: Settings | None = None,
         **overrides: Any,
     ) -> None:
-        self.settings = settings or Settings.load(db=path, engine=engine, **overrides)
+        instance = engine if engine is not None and not isinstance(engine, str) else None
+        name = instance.name if instance is not None else engine
+        self.settings = settings or Settings.load(db=path, engine=name, **overrides)
         if settings is not None:
             if path is not None:
                 self.settings.db = Path(path)
-            if engine is not None:
-                self.settings.engine = engine
+            if name is not None:
+                self.settings.engine = name
         self.store = SQLiteStore(self.settings.db)
-        self.engine: Engine = get_engine(self.settings.engine)
+        self.engine: Engine = instance if instance is not None else get_engine(self.settings.engine)
         self._engines: dict[str, Engine] = {self.engine.name: self.engine}
         self._embedder = embedder
         self._llm = llm

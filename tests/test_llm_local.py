@@ -187,8 +187,7 @@ def test_stitch_model_mode_labels_with_the_real_model(tmp_path, client):
         {"id": "a5", "speaker": "Maya", "text": "That is lovely, how old is he?", "session_id": "s2"},
     ]  # fmt: skip
     engine = variant("stitch-llm", n_start=2)
-    with Memory(tmp_path / "m.db", engine="stitch-llm", embedder=HashingEmbedder(), llm=client) as memory:
-        memory._engines["stitch-llm"] = memory.engine = engine
+    with Memory(tmp_path / "m.db", engine=engine, embedder=HashingEmbedder(), llm=client) as memory:
         before = client.stats().get("ingest", {}).get("calls", 0)
         with client.stage("ingest"):
             memory.add(turns, user_id="u")

@@ -108,8 +108,7 @@ def test_vocabulary_merge_folds_synonyms_into_the_older_label():
 
 def test_labels_are_always_members_of_their_vocabularies_and_merges_keep_them_valid(make_memory):
     engine = small()
-    memory = make_memory("stitch", embedder=SynonymEmbedder())
-    memory._engines["stitch"] = memory.engine = engine
+    memory = make_memory(engine, embedder=SynonymEmbedder())
     memory.add(conversation(), user_id="u")
     state = state_of(memory, engine)
     labels = stored_labels(memory, engine)
@@ -126,8 +125,7 @@ def test_labels_are_always_members_of_their_vocabularies_and_merges_keep_them_va
 
 def test_coreference_rewrite_never_replaces_the_raw_turn(make_memory):
     engine = small()
-    memory = make_memory("stitch")
-    memory._engines["stitch"] = memory.engine = engine
+    memory = make_memory(engine)
     turns = conversation(n_sessions=1)
     memory.add(turns, user_id="u")
     ns = memory.store.namespace_id(memory.namespace("u"))
@@ -147,18 +145,15 @@ def test_coreference_rewrite_never_replaces_the_raw_turn(make_memory):
 
 def test_a_restart_continues_with_the_same_vocabularies(make_memory):
     turns = conversation()
-    whole = make_memory("stitch", name="whole.db")
     engine = small()
-    whole._engines["stitch"] = whole.engine = engine
+    whole = make_memory(engine, name="whole.db")
     whole.add(turns, user_id="u")
 
-    first = make_memory("stitch", name="split.db")
-    first._engines["stitch"] = first.engine = small()
+    first = make_memory(small(), name="split.db")
     first.add(turns[:20], user_id="u")
     first.close()
-    again = make_memory("stitch", name="split.db")  # a new process: nothing but the store carries over
     resumed = small()
-    again._engines["stitch"] = again.engine = resumed
+    again = make_memory(resumed, name="split.db")  # a new process: nothing but the store carries over
     assert state_of(again, resumed).events.labels()  # the vocabulary came back from the store
     again.add(turns[20:], user_id="u")
 
@@ -168,8 +163,7 @@ def test_a_restart_continues_with_the_same_vocabularies(make_memory):
 
 def test_retrieval_ranks_the_matching_step_and_reports_its_filter(make_memory):
     engine = small()
-    memory = make_memory("stitch")
-    memory._engines["stitch"] = memory.engine = engine
+    memory = make_memory(engine)
     memory.add(conversation(), user_id="u")
     hits = memory.search("When did Theo buy the guitar?", user_id="u", k=5).hits
     assert any("guitar" in h.text for h in hits[:2])
@@ -181,8 +175,7 @@ def test_retrieval_ranks_the_matching_step_and_reports_its_filter(make_memory):
 
 def test_strict_ranking_returns_at_most_k_retrieve_and_falls_back_to_dense(make_memory):
     engine = small("stitch-strict", k_retrieve=3, use_scope=False)  # the filter: event and entity types only
-    memory = make_memory("stitch-strict")
-    memory._engines["stitch-strict"] = memory.engine = engine
+    memory = make_memory(engine)
     memory.add(conversation(n_sessions=2), user_id="u")
     hits = memory.search("When did Theo buy the guitar?", user_id="u", k=10).hits
     assert 0 < len(hits) <= 3
@@ -245,9 +238,8 @@ class ScriptedBackend:
 
 def test_model_mode_labels_by_constrained_choice_and_stays_in_vocabulary(make_memory):
     backend = ScriptedBackend()
-    memory = make_memory("stitch-llm", llm=LLMClient(backend))
     engine = small("stitch-llm")
-    memory._engines["stitch-llm"] = memory.engine = engine
+    memory = make_memory(engine, llm=LLMClient(backend))
     memory.add(conversation(n_sessions=2), user_id="u")
     assert backend.requests, "model mode must ask the model"
     assert any(o.startswith("(new label)") for opts in backend.requests for o in opts)
