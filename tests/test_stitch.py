@@ -262,3 +262,36 @@ def test_group_max_is_the_best_score_of_each_group():
 
     scores = np.array([0.1, 0.5, -0.2, 0.3], dtype=np.float32)
     np.testing.assert_allclose(_group_max(scores, np.array([0, 0, 1, 1])), [0.5, 0.5, 0.3, 0.3])
+
+
+class DownBackend(ScriptedBackend):
+    """An endpoint that is down (the client turns this into LLMUnavailableError) or answers garbage."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def choose(self, messages, options, k, beam):
+        self.requests.append(list(options))
+        raise self.error
+
+
+@pytest.mark.parametrize("error", ["down", "garbage"])
+def test_model_mode_falls_back_to_model_free_labels_when_the_model_fails(make_memory, error):
+    from cuemem.llm.base import LLMOutputError, LLMUnavailableError
+
+    exc = LLMUnavailableError("connection refused") if error == "down" else LLMOutputError("not an option")
+    backend = DownBackend(exc)
+    engine = small("stitch-llm")
+    memory = make_memory(engine, llm=LLMClient(backend))
+    memory.add(conversation(n_sessions=2), user_id="u")  # nothing is lost: every turn is labelled
+    labels = stored_labels(memory, engine)
+    assert len(labels) == 24
+    state = state_of(memory, engine)
+    assert state.events.labels() and all(t.get("event", set()) <= set(state.events.labels()) for t in labels.values())
+    if error == "down":
+        assert len(backend.requests) <= 2  # once down, the batch stops asking (at most one try per chunk)
+    else:
+        assert len(backend.requests) > 10  # invalid output is per call: the model is asked again next step
+    hits = memory.search("When did Theo buy the guitar?", user_id="u", k=3).hits
+    assert hits and hits[0].detail["filter"]["entity_types"][:1] == ["Date"]  # the model-free filter

@@ -8,13 +8,16 @@ never fall outside its vocabulary (DESIGN.md promise 5).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
 from ...index.dense import embed_texts_cached
+from ...llm.base import LLMError, LLMUnavailableError
 from ...types import Turn
 from ..base import EngineContext
 from .analysis import StepAnalysis
@@ -22,6 +25,8 @@ from .scope import topic_shift
 
 if TYPE_CHECKING:
     from .engine import IngestState, StitchConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -97,10 +102,37 @@ class ModelFreeLabeller:
 NEW = "(new label)"
 NONE = "(none)"
 
+M = TypeVar("M", bound=Callable[..., Any])
+
+
+def falls_back(method: M) -> M:
+    """When the model fails (LLMError: down, timed out, invalid output), answer as model-free mode does; after an
+    unavailable endpoint, the rest of the batch goes model-free at once instead of waiting on every step."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def wrapper(self: ModelLabeller, *args: Any, **kwargs: Any) -> Any:
+        if not self.unavailable:
+            try:
+                return method(self, *args, **kwargs)
+            except LLMError as exc:
+                self.fallbacks += 1
+                self.unavailable = isinstance(exc, LLMUnavailableError)
+                if self.fallbacks == 1:
+                    log.warning("stitch-llm: the model failed (%s); labelling model-free where it does", exc)
+        return getattr(ModelFreeLabeller, name)(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
 
 class ModelLabeller(ModelFreeLabeller):
     """Model mode: the model client picks each label among candidates (constrained choice); spaCy and the
     embedder only propose the candidates."""
+
+    def __init__(self, config: StitchConfig, ctx: EngineContext) -> None:
+        super().__init__(config, ctx)
+        self.fallbacks = 0  # labels that fell back to model-free mode because the model failed
+        self.unavailable = False
 
     def _choose(self, instruction: str, context: str, options: list[str]) -> str:
         messages = [
@@ -113,6 +145,7 @@ class ModelLabeller(ModelFreeLabeller):
         lines = [r["text"] for r in state.recent[-self.config.scope_window :]]
         return "\n".join(lines[-8:])  # the newest steps of the window: what fits a small model's attention
 
+    @falls_back
     def shift(self, state: IngestState, step: Step) -> bool:
         if state.open.segment < 0 or step.turn.session_id != state.open.session:
             return True  # a new session always opens a scope (no call needed)
@@ -131,6 +164,7 @@ class ModelLabeller(ModelFreeLabeller):
         )
         return dict(zip(labels, vectors, strict=True))
 
+    @falls_back
     def events(self, state: IngestState, step: Step) -> list[str]:
         proposals = step.analysis.actions[:3]
         if state.steps < self.config.n_start:  # seed phase: the step's own action phrases
@@ -145,6 +179,7 @@ class ModelLabeller(ModelFreeLabeller):
         answer = self._choose("Which event type is this message?", step.doc[:400], options)
         return [answer.removeprefix(f"{NEW} ")]
 
+    @falls_back
     def entity_types(self, state: IngestState, step: Step) -> list[str]:
         """Known types first, then the types spaCy proposes as new labels; "none" only when spaCy saw none."""
         detected = step.analysis.entity_types
@@ -157,6 +192,7 @@ class ModelLabeller(ModelFreeLabeller):
         answer = self._choose("Which kind of information does this message carry?", step.doc[:400], options)
         return [] if answer == NONE else [answer]
 
+    @falls_back
     def antecedents(self, state: IngestState, step: Step, events: Sequence[str]) -> list[str]:
         if not step.analysis.refers:
             return []
@@ -170,6 +206,7 @@ class ModelLabeller(ModelFreeLabeller):
         answer = self._choose("What does the message refer to?", context, [*mentions, NONE])
         return [] if answer == NONE else [answer]
 
+    @falls_back
     def query_filter(
         self, state: IngestState, query: str, vector: np.ndarray, analysis: StepAnalysis
     ) -> tuple[list[str], list[str]]:
