@@ -132,27 +132,29 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
     shared: CachedEmbedder | None = None
     if config.embed_cache is not None:
         shared = CachedEmbedder(make_embedder(Settings.load(**config.settings)), config.embed_cache)
-    for engine in config.engines:
-        settings = Settings.load(db=config.out / "stores" / f"{engine}.db", engine=engine, **config.settings)
-        checkpoints = config.out / "checkpoints" / engine
-        judge_client = (
-            make_client(Settings.load(**config.judge)) if config.answer and config.judge is not None else None
-        )
-        with Memory(settings=settings, embedder=shared) as memory:
-            done: list[dict[str, Any]] = []
-            for i, conv in enumerate(conversations(config)):  # streamed again per engine: bounded memory
-                path = checkpoints / f"{_safe(conv.id)}.json"
-                if path.exists():
-                    done.append(json.loads(path.read_text()))
-                else:
-                    record = run_conversation(memory, config, conv, judge_client)
-                    _write_atomic(path, record)
-                    done.append(record)
-                if progress:
-                    progress(engine, i + 1, config.limit or 0)
-        per_engine[engine] = done
-    if shared is not None:
-        shared.close()
+    try:
+        for engine in config.engines:
+            settings = Settings.load(db=config.out / "stores" / f"{engine}.db", engine=engine, **config.settings)
+            checkpoints = config.out / "checkpoints" / engine
+            judge_client = (
+                make_client(Settings.load(**config.judge)) if config.answer and config.judge is not None else None
+            )
+            with Memory(settings=settings, embedder=shared) as memory:
+                done: list[dict[str, Any]] = []
+                for i, conv in enumerate(conversations(config)):  # streamed again per engine: bounded memory
+                    path = checkpoints / f"{_safe(conv.id)}.json"
+                    if path.exists():
+                        done.append(json.loads(path.read_text()))
+                    else:
+                        record = run_conversation(memory, config, conv, judge_client)
+                        _write_atomic(path, record)
+                        done.append(record)
+                    if progress:
+                        progress(engine, i + 1, config.limit or 0)
+            per_engine[engine] = done
+    finally:
+        if shared is not None:
+            shared.close()
     results = summarize(config, per_engine)
     write_report(config, results)
     return results

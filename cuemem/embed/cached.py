@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..store.sqlite import text_hash
+from ..index.dense import embed_texts_cached
 from .base import Embedder
 
 
@@ -36,8 +36,7 @@ class CachedEmbedder:
         self.hits = 0
         self.misses = 0
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        hashes = [text_hash(t) for t in texts]
+    def _lookup(self, hashes: list[str]) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
         with self._lock:
             for start in range(0, len(hashes), 500):
@@ -47,25 +46,27 @@ class CachedEmbedder:
                     f"SELECT text_hash, vec FROM vectors WHERE model=? AND text_hash IN ({marks})", [self.name, *part]
                 )
                 found.update((h, np.frombuffer(v, dtype=np.float32)) for h, v in rows)
-        first: dict[str, int] = {}
-        for i, h in enumerate(hashes):
-            if h not in found:
-                first.setdefault(h, i)  # one embedding per distinct text
-        missing = list(first.values())
-        self.hits += len(texts) - len(missing)
-        self.misses += len(missing)
-        if missing:
-            vectors = np.asarray(self.inner.embed([texts[i] for i in missing]), dtype=np.float32)
+        return found
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        seen: set[str] = set()
+
+        def cached(hashes: list[str]) -> dict[str, np.ndarray]:
+            found = self._lookup(hashes)
+            seen.update(found)
+            return found
+
+        hashes, vectors = embed_texts_cached(self.inner, texts, cached)
+        fresh = {h: v for h, v in zip(hashes, vectors, strict=True) if h not in seen}
+        self.hits += len(texts) - len(fresh)
+        self.misses += len(fresh)
+        if fresh:
             with self._lock, self._db:
                 self._db.executemany(
                     "INSERT OR IGNORE INTO vectors(model, text_hash, vec) VALUES(?,?,?)",
-                    [(self.name, hashes[i], vec.tobytes()) for i, vec in zip(missing, vectors, strict=True)],
+                    [(self.name, h, v.tobytes()) for h, v in fresh.items()],
                 )
-            for i, vec in zip(missing, vectors, strict=True):
-                found[hashes[i]] = vec
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return np.stack([found[h] for h in hashes]).astype(np.float32, copy=False)
+        return vectors
 
     def close(self) -> None:
         with self._lock:

@@ -6,9 +6,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
 from ..config import Settings
 from ..embed.base import Embedder
 from ..errors import CuememError
+from ..index.dense import embed_texts_cached
 from ..index.tokens import TokenCounter
 from ..llm.client import LLMClient
 from ..store.sqlite import SQLiteStore
@@ -35,6 +38,25 @@ class EngineContext:
         if self._embedder is None:
             self._embedder = self.embedder_factory()
         return self._embedder
+
+    def embed(self, texts: Sequence[str], *, remember: bool = False) -> tuple[list[str], np.ndarray]:
+        """(text hashes, vectors) of texts, through this namespace's embedding cache: each distinct text is
+        embedded once. Item vectors enter the cache with `store.put_vectors`; `remember=True` caches the new
+        vectors now (for texts that are not items, such as vocabulary labels)."""
+        name = self.embedder.name
+        seen: set[str] = set()
+
+        def cached(hashes: list[str]) -> dict[str, np.ndarray]:
+            found = self.store.cached_embeddings(self.ns, name, hashes)
+            seen.update(found)
+            return found
+
+        hashes, vectors = embed_texts_cached(self.embedder, texts, cached)
+        if remember:
+            fresh = {h: v for h, v in zip(hashes, vectors, strict=True) if h not in seen}
+            if fresh:
+                self.store.cache_embeddings(self.ns, name, list(fresh.items()))
+        return hashes, vectors
 
     @property
     def llm(self) -> LLMClient:

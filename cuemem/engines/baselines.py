@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..index.dense import embed_texts_cached
 from ..index.fusion import reciprocal_rank_fusion
 from ..index.live import bm25_search, dense_search
 from ..types import Hit, Turn
@@ -62,11 +61,7 @@ def embed_missing(ctx: EngineContext, space: str, keys: Sequence[str]) -> None:
     todo = ctx.store.items_without_vectors(ctx.ns, embedder.name, list(item_ids))
     if not todo:
         return
-    hashes, vectors = embed_texts_cached(
-        embedder,
-        [text for _, text in todo],
-        lambda hs: ctx.store.cached_embeddings(ctx.ns, embedder.name, hs),
-    )
+    hashes, vectors = ctx.embed([text for _, text in todo])
     ctx.store.put_vectors(
         ctx.ns,
         space,

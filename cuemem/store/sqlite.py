@@ -380,10 +380,14 @@ class SQLiteStore:
                         (*ichunk, *chunk),
                     ).fetchone()[0]
                     partial = partial or survivors > 0
+                    # The cache forgets what was embedded for these items: their text, and whatever text their
+                    # vectors came from (an engine may embed another rendering than the item's text).
                     texts = c.execute(f"SELECT text FROM items WHERE +ns=? AND id IN ({imarks})", (ns, *ichunk))
-                    c.executemany(
-                        "DELETE FROM embed_cache WHERE ns=? AND text_hash=?", [(ns, text_hash(t)) for (t,) in texts]
-                    )
+                    hashes = {text_hash(t) for (t,) in texts}
+                    sql = f"SELECT text_hash FROM vectors WHERE item IN ({imarks}) AND +ns=?"
+                    embedded = c.execute(sql, (*ichunk, ns))
+                    hashes.update(h for (h,) in embedded)
+                    c.executemany("DELETE FROM embed_cache WHERE ns=? AND text_hash=?", [(ns, h) for h in hashes])
                     c.execute(f"DELETE FROM items WHERE +ns=? AND id IN ({imarks})", (ns, *ichunk))
                 c.execute(f"DELETE FROM turns WHERE +ns=? AND seq IN ({marks})", (ns, *chunk))
             if partial:
@@ -522,6 +526,14 @@ class SQLiteStore:
             "SELECT id, item, vec FROM vectors WHERE ns=? AND space=? AND model=? AND id>? ORDER BY id",
             (ns, space, model, after_id),
         )
+
+    def cache_embeddings(self, ns: int, model: str, rows: Sequence[tuple[str, np.ndarray]]) -> None:
+        """Remember (text hash, vector) rows of texts that are not items (e.g. vocabulary labels)."""
+        with self.transaction() as c:
+            c.executemany(
+                "INSERT OR IGNORE INTO embed_cache(ns, model, text_hash, vec) VALUES(?,?,?,?)",
+                [(ns, model, h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in rows],
+            )
 
     def cached_embeddings(self, ns: int, model: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}

@@ -18,22 +18,21 @@ from typing import Any
 
 import numpy as np
 
-from ...index.dense import embed_texts_cached
 from ...index.fusion import reciprocal_rank_fusion
 from ...index.live import bm25_search, dense_search
 from ...types import Hit, Turn
 from ..base import EngineContext
 from ..baselines import turn_document, turn_words
 from .analysis import StepAnalysis, analyze_steps, wanted_types
-from .labellers import Labeller, ModelFreeLabeller, ModelLabeller, Step
+from .labellers import MODEL_WINDOW, Labeller, ModelFreeLabeller, ModelLabeller, Step
 from .scope import OpenSegment, centroid
 from .vocabulary import Vocabulary
 
 
 @dataclass(frozen=True)
 class StitchConfig:
-    """The paper's parameters (scope window 50, N_start 50, k_event 5, k_update 50, k_retrieve 40, budget 4,096)
-    and the model-free mode's own, with the ablation switches."""
+    """The paper's parameters (scope window 50, N_start 50, k_event 5, k_update 50, k_retrieve 40) and the
+    model-free mode's own, with the ablation switches."""
 
     use_scope: bool = True
     use_event: bool = True
@@ -45,7 +44,7 @@ class StitchConfig:
     k_event: int = 5  # event labels shortlisted for the model to choose among (besides "new label")
     k_update: int = 50  # steps between synonym merges of the vocabularies
     k_retrieve: int = 40  # steps returned in strict ranking (soft ranking returns what search asks for)
-    budget: int = 4096
+    # The paper's 4,096-token budget is the caller's: `search(budget_tokens=...)`, `cuemem bench --budget`.
     segment_window: int = 3  # recent steps a new step is compared with (model-free scope)
     segment_threshold: float = 0.2  # cosine below which the topic has shifted
     segment_max: int = 10  # steps after which a segment closes anyway
@@ -133,9 +132,7 @@ class StitchEngine:
             return
         docs = [turn_document(t, ctx.settings.turn_template) for t in turns]
         analyses = analyze_steps([turn_words(t) for t in turns])  # not the date prefix: it would tag every step
-        hashes, vectors = embed_texts_cached(
-            ctx.embedder, docs, lambda hs: ctx.store.cached_embeddings(ctx.ns, ctx.embedder.name, hs)
-        )
+        hashes, vectors = ctx.embed(docs)  # the raw turn's embedding: the same vector `dense` stores
         labeller = self.labeller(ctx)
         with self._lock:
             state = self.state(ctx)
@@ -175,12 +172,12 @@ class StitchEngine:
             rows += [(item, "event", e) for e in events] + [(item, "entity", t) for t in types]
             store.put_labels(ns, rows)
             state.open.members.append(item)
-            state.open.member_seqs.append(int(step.turn.seq or 0))
+            state.open.member_seqs.append(int(step.turn.seq))  # type: ignore[arg-type]  # filtered above
             state.open.vectors.append([float(x) for x in step.vector])
             state.open.gist = list(dict.fromkeys(state.open.gist + step.analysis.mentions[:3]))[-12:]
             recent = {"segment": state.open.segment, "session": step.turn.session_id, "events": events,
                       "mentions": step.analysis.mentions[:6], "text": step.doc[:300]}  # fmt: skip
-            state.recent = [*state.recent, recent][-max(cfg.segment_window, 8) :]
+            state.recent = [*state.recent, recent][-max(cfg.segment_window, MODEL_WINDOW) :]
             state.steps += 1
             state.since_merge += 1
         if state.since_merge >= cfg.k_update:
@@ -216,23 +213,22 @@ class StitchEngine:
         """Every k_update steps: fold synonym labels together and relabel the stored steps."""
 
         def embed(labels: Sequence[str]) -> np.ndarray:
-            return embed_texts_cached(
-                ctx.embedder, list(labels), lambda hs: ctx.store.cached_embeddings(ctx.ns, ctx.embedder.name, hs)
-            )[1]
+            return ctx.embed(labels, remember=True)[1]  # labels recur at every merge: cached after the first
 
         for kind, vocab in (("event", state.events), ("entity", state.entities)):
             mapping = vocab.merge_synonyms(embed, self.config.synonym_threshold)
-            if mapping:
-                ctx.store.relabel(ctx.ns, kind, mapping)
+            if not mapping:
+                continue
+            ctx.store.relabel(ctx.ns, kind, mapping)
+            if kind == "event":  # coreference compares recent steps' event types: keep them valid too
                 for recent in state.recent:
-                    if kind == "event":
-                        recent["events"] = list(dict.fromkeys(mapping.get(e, e) for e in recent["events"]))
+                    recent["events"] = list(dict.fromkeys(mapping.get(e, e) for e in recent["events"]))
 
     # ------------------------------------------------------------------ retrieve
-    def step_table(self, ctx: EngineContext) -> StepTable:
+    def step_table(self, ctx: EngineContext, state: IngestState) -> StepTable:
         """Labels of every step, cached per namespace until the next write or delete."""
         store, ns = ctx.store, ctx.ns
-        version = (store.epoch(ns), self.state(ctx).version)
+        version = (store.epoch(ns), state.version)
         key = ("stitch-table", ns, self.name)
         with store.lock:
             cached = store.cache.get(key)
@@ -257,7 +253,8 @@ class StitchEngine:
 
     def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
         cfg = self.config
-        table = self.step_table(ctx)
+        state = self.state(ctx)
+        table = self.step_table(ctx, state)
         n = len(table.ids)
         if n == 0 or k <= 0:
             return []
@@ -275,7 +272,6 @@ class StitchEngine:
         depth = min(n, cfg.fusion_depth)
         rankings = [np.argsort(-s, kind="stable")[:depth].tolist() for s in lists]
         fused = [(int(i), s) for i, s in reciprocal_rank_fusion(rankings, k=ctx.settings.rrf_k)]
-        state = self.state(ctx)
         events, types = self.labeller(ctx).query_filter(state, query, query_vector, analyze_query(query))
         ranked = self._rank_by_density(table, fused, lists, set(events), set(types), k)
         hits = ctx.hits_from_items([(table.ids[i], score) for i, score in ranked], self.name)

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
-from ...index.dense import embed_texts_cached
 from ...llm.base import LLMError, LLMUnavailableError
 from ...types import Turn
 from ..base import EngineContext
@@ -99,6 +98,7 @@ class ModelFreeLabeller:
         return list(dict.fromkeys(events)), types
 
 
+MODEL_WINDOW = 8  # recent steps shown to the model: of the 50-step scope window, what a 135M model can attend to
 NEW = "(new label)"
 NONE = "(none)"
 
@@ -133,6 +133,7 @@ class ModelLabeller(ModelFreeLabeller):
         super().__init__(config, ctx)
         self.fallbacks = 0  # labels that fell back to model-free mode because the model failed
         self.unavailable = False
+        self._vectors: dict[str, np.ndarray] = {}  # label embeddings, for shortlists
 
     def _choose(self, instruction: str, context: str, options: list[str]) -> str:
         messages = [
@@ -142,8 +143,7 @@ class ModelLabeller(ModelFreeLabeller):
         return self.ctx.llm.choose(messages, options, k=1)[0].option
 
     def _window(self, state: IngestState) -> str:
-        lines = [r["text"] for r in state.recent[-self.config.scope_window :]]
-        return "\n".join(lines[-8:])  # the newest steps of the window: what fits a small model's attention
+        return "\n".join(r["text"] for r in state.recent[-min(self.config.scope_window, MODEL_WINDOW) :])
 
     @falls_back
     def shift(self, state: IngestState, step: Step) -> bool:
@@ -158,11 +158,10 @@ class ModelLabeller(ModelFreeLabeller):
         return answer == "starts a new goal"
 
     def _label_vectors(self, labels: list[str]) -> dict[str, np.ndarray]:
-        ctx = self.ctx
-        _, vectors = embed_texts_cached(
-            ctx.embedder, labels, lambda hs: ctx.store.cached_embeddings(ctx.ns, ctx.embedder.name, hs)
-        )
-        return dict(zip(labels, vectors, strict=True))
+        missing = [label for label in labels if label not in self._vectors]
+        if missing:
+            self._vectors.update(zip(missing, self.ctx.embed(missing, remember=True)[1], strict=True))
+        return self._vectors
 
     @falls_back
     def events(self, state: IngestState, step: Step) -> list[str]:
