@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sqlite3
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -83,6 +85,24 @@ def handles_errors(fn: F) -> F:
             raise typer.Exit(1) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+class ProgressLog:
+    """Progress for a long run whose stderr is a file (nohup, CI): one plain line per task at most every
+    `every` seconds, and always its first item and its last (when the total is known)."""
+
+    def __init__(self, every: float = 30.0) -> None:
+        self.every = every
+        self.start: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+
+    def line(self, label: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        self.start.setdefault(label, now)
+        if done == 1 or done == total or now - self.last.get(label, -math.inf) >= self.every:
+            self.last[label] = now
+            of = f" of {total}" if total else ""
+            print(f"{label}: {done}{of} done, {now - self.start[label]:.0f} s", file=sys.stderr, flush=True)
 
 
 @contextmanager
@@ -492,10 +512,14 @@ def bench(
     config = BenchConfig(dataset, data, out, [e.strip() for e in engines.split(",") if e.strip()], limit, budget,
                          answer, answer_budget, _judge_settings(judge), overrides, embed_cache)  # fmt: skip
     bars: dict[str, Any] = {}
+    log = ProgressLog()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, disable=not err.is_terminal) as progress:  # fmt: skip
 
         def advance(engine: str, done: int, total: int) -> None:
+            if not err.is_terminal:  # a log file: a plain line now and then instead of a bar
+                log.line(f"{dataset} · {engine}", done, total)
+                return
             if engine not in bars:
                 bars[engine] = progress.add_task(f"{dataset} · {engine}", total=total)
             progress.update(bars[engine], completed=done, total=total or None)

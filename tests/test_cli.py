@@ -202,3 +202,20 @@ def test_bracketed_text_prints_literally(tmp_path):
     assert cli(tmp_path, "add", "note [red]alert[/red] about [bold] tags", "-u", "u", "--id", "b1").exit_code == 0
     r = cli(tmp_path, "search", "alert tags note", "-u", "u", "--use", "bm25")
     assert r.exit_code == 0 and "[red]alert[/red]" in r.output and "[bold] tags" in r.output
+
+
+def test_bench_command_prints_the_table_and_plain_progress_lines_in_a_log(tmp_path):
+    texts = ["I like tea", "My boat is red"]
+    turns = [{"speaker": "A", "dia_id": f"D1:{i + 1}", "text": t} for i, t in enumerate(texts)]
+    qa = [{"question": "What colour is the boat?", "answer": "red", "evidence": ["D1:2"], "category": 4}]
+    sample = {"sample_id": "c1", "conversation": {"session_1_date_time": "1 May 2023", "session_1": turns}, "qa": qa}
+    data = tmp_path / "l.json"
+    data.write_text(json.dumps([sample, {**sample, "sample_id": "c2"}]))
+    out = tmp_path / "out"
+    r = cli(tmp_path, "bench", "locomo", "--data", str(data), "--engines", "bm25", "--out", str(out), "--limit", "1")
+    assert r.exit_code == 0, r.output
+    # stderr is not a terminal here, so progress comes as plain lines (first and last item of each engine)
+    assert "locomo · bm25: 1 of 1 done" in r.stderr
+    assert "bm25" in r.stdout and "1.000" in r.stdout and "results.json" in r.stdout
+    results = json.loads((out / "results.json").read_text())
+    assert results["engines"]["bm25"]["retrieval"]["questions"] == 1  # --limit 1: only c1
