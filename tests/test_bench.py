@@ -99,9 +99,13 @@ def test_unknown_dataset_is_a_clear_error(tmp_path):
 def test_answer_metrics_with_the_local_model(tmp_path):
     data = locomo_fixture(tmp_path / "l.json")
     settings = {"embedder": "hashing", "llm_cache": str(tmp_path / "calls.db")}
-    config = BenchConfig("locomo", data, tmp_path / "out", ["bm25"], limit=1, answer=True, settings=settings)
+    judge = {"llm": "local", "llm_cache": str(tmp_path / "judge.db")}  # the shipped model also judges
+    config = BenchConfig("locomo", data, tmp_path / "out", ["bm25"], limit=1, answer=True, judge=judge,
+                         settings=settings)  # fmt: skip
     answer = run(config)["engines"]["bm25"]["answer"]
     assert answer["questions"] == 3  # non-adversarial questions of one conversation
+    assert answer["judged"] == 3 and 0.0 <= answer["judge_accuracy"] <= 1.0  # a CORRECT/WRONG label each
+    assert "| judge accuracy | judged |" in (tmp_path / "out" / "report.md").read_text()
     for key in ("locomo_f1", "set_f1", "bleu1", "category_5_locomo_f1"):
         assert 0.0 <= answer[key] <= 1.0
     record = json.loads((tmp_path / "out" / "checkpoints" / "bm25" / "c1.json").read_text())
@@ -110,3 +114,32 @@ def test_answer_metrics_with_the_local_model(tmp_path):
     # with any turn, so the reader says it doesn't know without calling the model
     assert record["llm"]["query"]["calls"] == 4
     assert sum(q["prediction"].startswith("I don't know") for q in record["questions"]) == 2
+
+
+def test_resume_recomputes_checkpoints_made_under_another_protocol_in_a_fresh_namespace(tmp_path):
+    from cuemem import Memory
+    from cuemem.config import Settings
+
+    data = locomo_fixture(tmp_path / "l.json")
+    out = tmp_path / "out"
+    # An interrupted run left a stray turn in c1's namespace: the protocol starts c1 from a fresh one.
+    with Memory(settings=Settings.load(db=out / "stores" / "bm25.db", engine="bm25", embedder="hashing")) as m:
+        m.add([{"id": "stray", "text": "the hotel kayak boat tea"}], user_id="locomo:c1")
+    config = BenchConfig("locomo", data, out, ["bm25"], settings={"embedder": "hashing"})
+    first = run(config)["engines"]["bm25"]
+    checkpoint = out / "checkpoints" / "bm25" / "c1.json"
+    record = json.loads(checkpoint.read_text())
+    assert record["protocol"]["budget"] == 4096
+    assert all("stray" not in hit for q in record["questions"] for hit in q["top"])
+    # Another budget: the old checkpoints do not count for it, every conversation is run again.
+    tight = run(BenchConfig("locomo", data, out, ["bm25"], budget=8, settings={"embedder": "hashing"}))
+    assert json.loads(checkpoint.read_text())["protocol"]["budget"] == 8
+    assert tight["engines"]["bm25"]["retrieval"]["recall@budget"] < first["retrieval"]["recall@budget"]
+    assert tight["engines"]["bm25"]["retrieval"]["recall@10"] == first["retrieval"]["recall@10"]
+    # A checkpoint written before checkpoints recorded their protocol is reused as it is.
+    legacy = json.loads(checkpoint.read_text())
+    del legacy["protocol"]
+    legacy["ingest_seconds"] = 123.0
+    checkpoint.write_text(json.dumps(legacy))
+    run(BenchConfig("locomo", data, out, ["bm25"], settings={"embedder": "hashing"}))
+    assert json.loads(checkpoint.read_text())["ingest_seconds"] == 123.0

@@ -151,13 +151,14 @@ def write_report(config: BenchConfig, results: dict[str, Any]) -> None:
             "",
             "## Answers",
             "",
-            "| engine | locomo_f1 (1-4) | cat 5 | set_f1 | bleu1 |",
-            "|---|---:|---:|---:|---:|",
+            "| engine | questions | locomo_f1 (1-4) | cat 5 | set_f1 | bleu1 | judge accuracy | judged |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for name, e in engines.items():
             a = e["answer"]
-            lines.append(f"| `{name}` | {_fmt(a.get('locomo_f1'))} | {_fmt(a.get('category_5_locomo_f1'))}"
-                         f" | {_fmt(a['set_f1'])} | {_fmt(a['bleu1'])} |")  # fmt: skip
+            lines.append(f"| `{name}` | {a['questions']} | {_fmt(a.get('locomo_f1'))}"
+                         f" | {_fmt(a.get('category_5_locomo_f1'))} | {_fmt(a['set_f1'])} | {_fmt(a['bleu1'])}"
+                         f" | {_fmt(a.get('judge_accuracy'))} | {a.get('judged', 0)} |")  # fmt: skip
     (out / "report.md").write_text("\n".join(lines) + "\n")
     _plots(out, engines)
 

@@ -4,6 +4,7 @@ ingest, then retrieve every question within the token budget; per-conversation c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -18,6 +19,7 @@ from typing import Any
 from ..config import Settings
 from ..embed import make_embedder
 from ..embed.cached import CachedEmbedder
+from ..errors import UnknownNamespaceError
 from ..index.budget import pack
 from ..llm import LLMClient, make_client
 from ..memory import INGEST_BATCH, Memory
@@ -52,6 +54,20 @@ def conversations(config: BenchConfig) -> Iterator[Conversation]:
     raise ValueError(f"unknown dataset {config.dataset!r}: locomo or longmemeval")
 
 
+def protocol(config: BenchConfig) -> dict[str, Any]:
+    """What a checkpoint's figures depend on beyond the conversation itself; a checkpoint made under another
+    protocol (another budget, reader, judge, embedder or template) is recomputed, not reused."""
+    fields = {"budget": config.budget, "answer": config.answer, "answer_budget": config.answer_budget,
+              "judge": config.judge, "settings": config.settings}  # fmt: skip
+    return json.loads(json.dumps(fields, sort_keys=True, default=str))
+
+
+def _reusable(record: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """A checkpoint is reused when it was made under the same protocol (those written before checkpoints
+    recorded it are taken as they are)."""
+    return record.get("protocol", wanted) == wanted
+
+
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
@@ -68,6 +84,8 @@ def run_conversation(
 ) -> dict[str, Any]:
     """Ingest one conversation into its own namespace and retrieve (and optionally answer) its questions."""
     user = f"{config.dataset}:{conv.id}"
+    with contextlib.suppress(UnknownNamespaceError):  # left over from an interrupted run: start afresh
+        memory.delete_all(user_id=user)
     llm_before = memory.llm.stats()  # the client loads no model until a call is made
     start = time.perf_counter()
     with memory.llm.stage("ingest"):  # model-assisted engines' calls count per ingested turn
@@ -115,6 +133,7 @@ def run_conversation(
     llm_after = memory.llm.stats()
     return {
         "conversation": conv.id,
+        "protocol": protocol(config),
         "turns": len(conv.turns),
         "ingest_seconds": ingest_seconds,
         "llm": {
@@ -141,10 +160,12 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
             )
             with Memory(settings=settings, embedder=shared) as memory:
                 done: list[dict[str, Any]] = []
+                wanted = protocol(config)
                 for i, conv in enumerate(conversations(config)):  # streamed again per engine: bounded memory
                     path = checkpoints / f"{_safe(conv.id)}.json"
-                    if path.exists():
-                        done.append(json.loads(path.read_text()))
+                    saved = json.loads(path.read_text()) if path.exists() else None
+                    if saved is not None and _reusable(saved, wanted):
+                        done.append(saved)
                     else:
                         record = run_conversation(memory, config, conv, judge_client)
                         _write_atomic(path, record)
