@@ -28,15 +28,17 @@ def context_block(hits: Sequence[Hit]) -> tuple[str, list[str]]:
 
 
 def read(client: LLMClient, question: str, retrieval: Retrieval, *, max_tokens: int = 32, cite: int = 2,
-         margin: float = 2.0) -> Answer:  # fmt: skip
+         margin: float = 2.0, now: str | None = None) -> Answer:  # fmt: skip
     """Answer from the packed hits, then choose up to `cite` supporting ids among those in the context (a second
-    one only if its log-probability is within `margin` of the first)."""
+    one only if its log-probability is within `margin` of the first). `now` is the date the question is asked
+    (LongMemEval's question date), which "how long ago" questions need."""
     if not retrieval.hits:
         return Answer("I don't know: nothing relevant is in memory.", [], retrieval)
     block, ids = context_block(retrieval.hits)
+    when = f"Today is {now}.\n" if now else ""
     messages = [
         {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": f"Excerpts:\n{block}\n\nQuestion: {question}"},
+        {"role": "user", "content": f"Excerpts:\n{block}\n\n{when}Question: {question}"},
     ]
     text = client.chat(messages, max_tokens=max_tokens).text.strip()
     text = text.split("\n")[0].strip() or "I don't know."  # small models run on past the answer

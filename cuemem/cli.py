@@ -280,11 +280,13 @@ def ask(
     run_id: RunOpt = None,
     k: Annotated[int, typer.Option("-k", help="How many hits to read.")] = 10,
     budget: Annotated[int | None, typer.Option(help="Token budget of the context (default: answer_budget).")] = None,
+    now: Annotated[str | None, typer.Option(help="Today's date, for 'how long ago' questions.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a question from memory with the model, citing the turns it used."""
     with _memory() as memory:
-        result = memory.answer(question, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget)
+        result = memory.answer(question, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget,
+                               now=now)  # fmt: skip
         stats = memory.llm.stats()
     if as_json:
         retrieval = result.retrieval.as_dict() if result.retrieval else None

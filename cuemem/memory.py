@@ -313,15 +313,17 @@ class Memory:
         k: int | None = None,
         budget_tokens: int | None = None,
         engine: str | None = None,
+        now: str | None = None,
     ) -> Answer:
         """Search, pack the hits into `budget_tokens` (settings.answer_budget by default) and have the model
-        answer; the answer cites only turn ids that were in its context. Model calls count as stage "query"."""
+        answer; the answer cites only turn ids that were in its context. Model calls count as stage "query".
+        `now`, the date the question is asked, is given to the model for questions relative to it."""
         budget = self.settings.answer_budget if budget_tokens is None else budget_tokens
         retrieval = self.search(
             question, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget, engine=engine
         )
         with self.llm.stage("query"):
-            return read(self.llm, question, retrieval)
+            return read(self.llm, question, retrieval, now=now)
 
     def get(self, turn_id: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> Turn:
         ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))

@@ -285,3 +285,21 @@ def test_report_aggregates_judge_accuracy_over_categories_1_to_4(tmp_path):
     config = BenchConfig("locomo", tmp_path, tmp_path, ["bm25"], answer=True)
     answer = summarize(config, {"bm25": [conv]})["engines"]["bm25"]["answer"]
     assert answer["judge_accuracy"] == 0.5 and answer["judged"] == 2  # category 5 is not judged
+
+
+def test_reader_tells_the_model_the_date_the_question_is_asked():
+    from cuemem.answer import read
+    from cuemem.types import Hit, Namespace, Retrieval
+
+    prompts = []
+
+    class Recording(FakeBackend):
+        def chat(self, messages, *, max_tokens, temperature):
+            prompts.append(messages[-1]["content"])
+            return super().chat(messages, max_tokens=max_tokens, temperature=temperature)
+
+    retrieval = Retrieval("q", [Hit("[2023/05/20] A: I adopted a cat", 1.0, ["a"], 9)], "bm25", Namespace("u"))
+    read(LLMClient(Recording()), "How long ago did I adopt the cat?", retrieval, now="2023/05/30 (Tue) 10:00")
+    read(LLMClient(Recording()), "How long ago did I adopt the cat?", retrieval)
+    assert prompts[0].endswith("Today is 2023/05/30 (Tue) 10:00.\nQuestion: How long ago did I adopt the cat?")
+    assert "Today is" not in prompts[1] and prompts[1].endswith("\n\nQuestion: How long ago did I adopt the cat?")

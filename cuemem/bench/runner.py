@@ -119,7 +119,7 @@ def run_conversation(
             for k in (1, 5, 10):
                 record[f"session_recall@{k}"] = evidence_recall(sessions, q.evidence_sessions, k)
         if config.answer:
-            reply = memory.answer(q.text, user_id=user, budget_tokens=config.answer_budget)
+            reply = memory.answer(q.text, user_id=user, budget_tokens=config.answer_budget, now=q.date)
             record["prediction"] = reply.text
             record["cited"] = reply.cited_turn_ids
             record["gold"] = q.answer
