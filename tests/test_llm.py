@@ -271,6 +271,26 @@ def test_judge_labels_by_constrained_choice_and_counts_its_stage():
     assert judge(LLMClient(Strict()), "Capital?", "Paris", "Rome") is False
 
 
+def test_judge_grades_longmemeval_question_types_by_their_own_rules():
+    from cuemem.bench.judge import DEFAULT_RULE, RULES, judge
+
+    prompts = []
+
+    class Recording(FakeBackend):
+        def choose(self, messages, options, k, beam):
+            prompts.append(messages[0]["content"])
+            return super().choose(messages, options, k, beam)
+
+    client = LLMClient(Recording())
+    judge(client, "How many days between the trips?", "14 days", "15 days", "temporal-reasoning")
+    judge(client, "Where do I live now?", "Lisbon", "Porto, then Lisbon", "knowledge-update")
+    judge(client, "What did I say about my cat's vet?", "You never mentioned a vet", "Not mentioned", "abstention")
+    judge(client, "When did Ana go hiking?", "7 May 2023", "May 7", None)
+    assert "off-by-one" in prompts[0] and "updated answer" in prompts[1] and "cannot be answered" in prompts[2]
+    assert DEFAULT_RULE in prompts[3] and len({*prompts}) == 4
+    assert all(rule not in prompts[3] for rule in RULES.values())
+
+
 def test_report_aggregates_judge_accuracy_over_categories_1_to_4(tmp_path):
     from cuemem.bench.report import summarize
     from cuemem.bench.runner import BenchConfig
@@ -303,3 +323,28 @@ def test_reader_tells_the_model_the_date_the_question_is_asked():
     read(LLMClient(Recording()), "How long ago did I adopt the cat?", retrieval)
     assert prompts[0].endswith("Today is 2023/05/30 (Tue) 10:00.\nQuestion: How long ago did I adopt the cat?")
     assert "Today is" not in prompts[1] and prompts[1].endswith("\n\nQuestion: How long ago did I adopt the cat?")
+
+
+def test_longmemeval_answers_get_the_question_date_and_are_judged_by_type(endpoint, tmp_path):
+    import gzip
+
+    from cuemem.bench.runner import BenchConfig, run
+
+    said = {"role": "user", "content": "I live in Lisbon now", "has_answer": True}
+    item = {"question_id": "q1_abs", "question_type": "knowledge-update", "question": "Where do I live?",
+            "answer": "You did not say", "question_date": "2023/05/30 (Tue) 21:56", "haystack_session_ids": ["s1"],
+            "haystack_dates": ["2023/05/01"], "answer_session_ids": ["s1"], "haystack_sessions": [[said]]}  # fmt: skip
+    data = tmp_path / "lme.json.gz"
+    with gzip.open(data, "wt") as fh:
+        json.dump([item, {**item, "question_id": "q2", "answer": "Lisbon"}], fh)
+    model = {"llm": "openai", "llm_base_url": endpoint, "llm_api_key": "sk-test", "llm_cache": "off"}
+    config = BenchConfig("longmemeval", data, tmp_path / "out", ["bm25"], answer=True, judge=model,
+                         settings={"embedder": "hashing", **model})  # fmt: skip
+    answer = run(config)["engines"]["bm25"]["answer"]
+    prompts = [b["messages"][-1]["content"] for b in FakeChat.bodies]
+    readers = [p for p in prompts if p.startswith("Excerpts:")]
+    judged = [p for p in prompts if p.startswith("You grade answers")]
+    assert len(readers) == 2 and all("Today is 2023/05/30 (Tue) 21:56.\nQuestion: Where" in p for p in readers)
+    # the abstention question by the abstention rule, the other by its type's; both count in the accuracy
+    assert "cannot be answered" in judged[0] and "updated answer" in judged[1]
+    assert answer["judged"] == 2 and answer["judge_accuracy"] == 1.0  # the fake judge picks CORRECT

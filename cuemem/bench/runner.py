@@ -127,7 +127,10 @@ def run_conversation(
                 record["locomo_f1"] = locomo_f1(reply.text, q.answer, q.category)
             record["set_f1"] = set_f1(reply.text, q.answer)
             record["bleu1"] = bleu1(reply.text, q.answer)
-            if judge_client is not None and not q.adversarial:
+            if judge_client is not None and config.dataset == "longmemeval":  # its own rule per question type
+                kind = "abstention" if q.adversarial else q.category
+                record["judge"] = float(judge(judge_client, q.text, q.answer, reply.text, kind))
+            elif judge_client is not None and not q.adversarial:  # LoCoMo: categories 1-4
                 record["judge"] = float(judge(judge_client, q.text, q.answer, reply.text))
         questions.append(record)
     llm_after = memory.llm.stats()
