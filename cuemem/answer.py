@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from .llm import LLMClient, LLMError
 from .types import Answer, Hit, Retrieval
 
+NOT_MENTIONED = "Not mentioned in the conversation."
 SYSTEM = (
     "You answer questions about a conversation history using only the excerpts given. "
-    "Each excerpt starts with its id in brackets. Reply with a short answer, a few words."
+    "Each excerpt starts with its id in brackets. Reply with a short answer, a few words. "
+    f'If the excerpts do not say, reply "{NOT_MENTIONED}"'
 )
 
 
@@ -33,7 +35,7 @@ def read(client: LLMClient, question: str, retrieval: Retrieval, *, max_tokens: 
     one only if its log-probability is within `margin` of the first). `now` is the date the question is asked
     (LongMemEval's question date), which "how long ago" questions need."""
     if not retrieval.hits:
-        return Answer("I don't know: nothing relevant is in memory.", [], retrieval)
+        return Answer(f"{NOT_MENTIONED} (Nothing relevant is in memory.)", [], retrieval)
     block, ids = context_block(retrieval.hits)
     when = f"Today is {now}.\n" if now else ""
     messages = [
@@ -41,7 +43,7 @@ def read(client: LLMClient, question: str, retrieval: Retrieval, *, max_tokens: 
         {"role": "user", "content": f"Excerpts:\n{block}\n\n{when}Question: {question}"},
     ]
     text = client.chat(messages, max_tokens=max_tokens).text.strip()
-    text = text.split("\n")[0].strip() or "I don't know."  # small models run on past the answer
+    text = text.split("\n")[0].strip() or NOT_MENTIONED  # small models run on past the answer
     asked = [*messages, {"role": "assistant", "content": text},
              {"role": "user", "content": "Give the id of the excerpt that supports your answer."}]  # fmt: skip
     try:

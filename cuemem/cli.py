@@ -479,7 +479,10 @@ def bench(
     template: Annotated[str | None, typer.Option(help="Turn indexing template, e.g. '{speaker}: {text}'.")] = None,
     embed_cache: Annotated[
         Path | None,
-        typer.Option(help="SQLite file of embeddings shared by engines and reruns (ingest times exclude embedding)."),
+        typer.Option(
+            help="SQLite file of embeddings shared by engines and reruns (texts already in it are not "
+            "embedded again, so ingest times exclude their embedding)."
+        ),
     ] = None,
     judge: Annotated[
         str | None,

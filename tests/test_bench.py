@@ -78,7 +78,13 @@ def test_runner_writes_the_documented_schema_and_resumes(tmp_path):
     assert results["engines"]["hybrid"]["retrieval"]["recall@budget"] == 1.0
     # the kayak is only in the image caption of D1:2: BM25 finds it first
     assert bm25["by_category"]["4"]["recall@1"] == 1.0
-    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+
+    def strict(constant: str) -> None:
+        raise AssertionError(f"results.json holds {constant}: not strict JSON")
+
+    # category 5's evidence resolves to no turn, so its figures average nothing: null, not NaN
+    saved = json.loads((tmp_path / "out" / "results.json").read_text(), parse_constant=strict)
+    assert saved["engines"]["bm25"]["by_category"]["5"]["recall@10"] is None
     assert saved["engines"]["bm25"]["retrieval"] == bm25["retrieval"]
     assert (tmp_path / "out" / "report.md").read_text().startswith("# locomo")
     assert (tmp_path / "out" / "recall_at_k.png").stat().st_size > 1000
@@ -113,7 +119,7 @@ def test_answer_metrics_with_the_local_model(tmp_path):
     # answer + cite for the 2 questions BM25 finds something for; "Unanswerable?" and "How many?" share no term
     # with any turn, so the reader says it doesn't know without calling the model
     assert record["llm"]["query"]["calls"] == 4
-    assert sum(q["prediction"].startswith("I don't know") for q in record["questions"]) == 2
+    assert sum(q["prediction"].startswith("Not mentioned in the conversation") for q in record["questions"]) == 2
 
 
 def test_resume_recomputes_checkpoints_made_under_another_protocol_in_a_fresh_namespace(tmp_path):
@@ -143,3 +149,26 @@ def test_resume_recomputes_checkpoints_made_under_another_protocol_in_a_fresh_na
     checkpoint.write_text(json.dumps(legacy))
     run(BenchConfig("locomo", data, out, ["bm25"], settings={"embedder": "hashing"}))
     assert json.loads(checkpoint.read_text())["ingest_seconds"] == 123.0
+
+
+def test_report_counts_model_calls_made_not_cache_hits_and_keeps_abstention_out_of_types(tmp_path):
+    from cuemem.bench.report import summarize
+
+    def q(qid: str, recall: float) -> dict:
+        figures = {key: recall for key in ("recall@1", "recall@5", "recall@10", "recall@20", "recall@50",
+                                            "recall@budget", "ndcg@10")}  # fmt: skip
+        return {"id": qid, "category": "temporal-reasoning", "adversarial": qid.endswith("_abs"),
+                "evidence": ["s1:1"], "latency_ms": 1.0, "context_tokens": 10, **figures}  # fmt: skip
+
+    llm = {"ingest": {"calls": 8, "cached": 6, "prompt_tokens": 100, "completion_tokens": 4},
+           "query": {"calls": 3, "cached": 1, "prompt_tokens": 50, "completion_tokens": 2}}  # fmt: skip
+    conv = {"turns": 4, "ingest_seconds": 2.0, "llm": llm, "questions": [q("q1", 1.0), q("q1_abs", 0.0)]}
+    engine = summarize(BenchConfig("longmemeval", tmp_path, tmp_path, ["x"]), {"x": [conv]})["engines"]["x"]
+    cost = engine["cost"]
+    # 2 of 8 ingest calls reached the model (6 came from the call cache) over 4 turns; 2 of 3 query calls
+    assert cost["llm_calls_per_turn"] == 0.5 and cost["llm_cache_hits"] == 7
+    assert cost["llm_calls_per_question"] == 1.0  # 2 model calls over the 2 questions
+    # the abstention question (with evidence turns) counts neither in the headline nor in its type
+    assert engine["retrieval"]["questions"] == 1
+    assert engine["by_category"]["temporal-reasoning"]["questions"] == 1
+    assert engine["by_category"]["temporal-reasoning"]["recall@10"] == 1.0

@@ -21,11 +21,14 @@ def test_evidence_recall_at_k_counts_turns_cited_by_the_top_k_hits():
     assert math.isnan(evidence_recall(HITS, [], 5))
 
 
-def test_ndcg_binary_gains_by_hit():
-    # relevant hits at ranks 1 and 3 of ["a","b"]: DCG = 1 + 1/log2(4) = 1.5; IDCG = 1 + 1/log2(3)
+def test_ndcg_binary_gains_over_cited_turns():
+    # cited turns in order: a x b c y d. ["a","b"] at ranks 1 and 3: DCG = 1 + 1/log2(4) = 1.5; IDCG = 1 + 1/log2(3)
     assert ndcg(HITS, ["a", "b"], 10) == pytest.approx(1.5 / (1 + 1 / math.log2(3)))
-    assert ndcg(HITS, ["b", "c"], 10) == pytest.approx((1 / math.log2(4)) / (1 + 1 / math.log2(3)))
-    assert ndcg([["a"], ["a"]], ["a"], 10) == 1.0  # a second hit citing the same turn gains nothing
+    # the third hit cites b and c: they take ranks 3 and 4
+    assert ndcg(HITS, ["b", "c"], 10) == pytest.approx((1 / math.log2(4) + 1 / math.log2(5)) / (1 + 1 / math.log2(3)))
+    assert ndcg([["a", "b"]], ["a", "b"], 10) == 1.0  # one hit citing all the evidence is a perfect ranking
+    assert ndcg([["a"], ["a"], ["b"]], ["a", "b"], 10) == 1.0  # a turn cited again takes no position
+    assert ndcg(HITS, ["d"], 5) == 0.0  # d is the 6th cited turn
     assert ndcg(HITS, ["q"], 10) == 0.0
 
 
@@ -59,6 +62,10 @@ def test_locomo_category_special_cases():
     assert locomo_f1("That is not mentioned in the conversation.", "anything", "5") == 1.0
     assert locomo_f1("No information available.", "anything", "5") == 1.0
     assert locomo_f1("Paris", "anything", "5") == 0.0
+    # what the reader says when its excerpts do not hold the answer (and when nothing was retrieved)
+    from cuemem.answer import NOT_MENTIONED, SYSTEM
+
+    assert NOT_MENTIONED in SYSTEM and locomo_f1(NOT_MENTIONED, "anything", "5") == 1.0
     # other categories: plain token F1
     assert locomo_f1("7 May 2023", "7 May 2023", "2") == 1.0
 
@@ -79,3 +86,5 @@ def test_percentile_is_nearest_rank():
     values = [5.0, 1.0, 4.0, 2.0, 3.0]
     assert percentile(values, 50) == 3.0 and percentile(values, 95) == 5.0 and percentile(values, 0) == 1.0
     assert math.isnan(percentile([], 50))
+    assert percentile([1.0, 2.0], 50) == 1.0 and percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
+    assert percentile([float(v) for v in range(1, 21)], 95) == 19.0

@@ -16,7 +16,7 @@ def percentile(values: Sequence[float], p: float) -> float:
     ordered = sorted(values)
     if not ordered:
         return math.nan
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 def cited(hit_turn_ids: Sequence[Sequence[str]], k: int | None = None) -> set[str]:
@@ -32,16 +32,13 @@ def evidence_recall(hit_turn_ids: Sequence[Sequence[str]], evidence: Sequence[st
 
 
 def ndcg(hit_turn_ids: Sequence[Sequence[str]], evidence: Sequence[str], k: int = 10) -> float:
-    """NDCG@k with binary gains: a hit is relevant when it cites an evidence turn not cited by a higher hit."""
+    """NDCG@k with binary gains over the cited turns in rank order (a hit citing several turns takes several
+    positions; a turn cited again counts once), so a perfect ranking scores 1 whatever the hits' sizes."""
     wanted = set(evidence)
     if not wanted:
         return math.nan
-    dcg, seen = 0.0, set()
-    for rank, ids in enumerate(hit_turn_ids[:k], start=1):
-        new = (set(ids) & wanted) - seen
-        if new:
-            dcg += 1.0 / math.log2(rank + 1)
-            seen |= new
+    turns = list(dict.fromkeys(t for ids in hit_turn_ids for t in ids))[:k]
+    dcg = sum(1.0 / math.log2(rank + 1) for rank, t in enumerate(turns, start=1) if t in wanted)
     ideal = sum(1.0 / math.log2(rank + 1) for rank in range(1, min(len(wanted), k) + 1))
     return dcg / ideal
 

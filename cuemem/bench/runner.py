@@ -12,10 +12,11 @@ import re
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..answer import read
 from ..config import Settings
 from ..embed import make_embedder
 from ..embed.cached import CachedEmbedder
@@ -57,7 +58,10 @@ def conversations(config: BenchConfig) -> Iterator[Conversation]:
 def protocol(config: BenchConfig) -> dict[str, Any]:
     """What a checkpoint's figures depend on beyond the conversation itself; a checkpoint made under another
     protocol (another budget, reader, judge, embedder or template) is recomputed, not reused."""
-    fields = {"budget": config.budget, "answer": config.answer, "answer_budget": config.answer_budget,
+    data = Path(config.data)
+    size = data.stat().st_size if data.is_file() else None
+    fields = {"dataset": config.dataset, "data": [data.name, size], "depth": DEPTH,
+              "budget": config.budget, "answer": config.answer, "answer_budget": config.answer_budget,
               "judge": config.judge, "settings": config.settings}  # fmt: skip
     return json.loads(json.dumps(fields, sort_keys=True, default=str))
 
@@ -93,6 +97,7 @@ def run_conversation(
             memory.add(conv.turns[i : i + INGEST_BATCH], user_id=user, on_error="skip")
     ingest_seconds = time.perf_counter() - start
     questions = []
+    answer_budget = config.answer_budget or memory.settings.answer_budget
     for q in conv.questions:
         # Fullcontext *is* the budget (everything that fits); every other engine ranks DEPTH hits, then packs.
         search_budget = config.budget if memory.engine.name == "fullcontext" else None
@@ -118,8 +123,10 @@ def run_conversation(
             sessions = [[t.rsplit(":", 1)[0] for t in ids] for ids in ranked]
             for k in (1, 5, 10):
                 record[f"session_recall@{k}"] = evidence_recall(sessions, q.evidence_sessions, k)
-        if config.answer:
-            reply = memory.answer(q.text, user_id=user, budget_tokens=config.answer_budget, now=q.date)
+        if config.answer:  # the reader sees the same ranking, packed into the answer budget (no second search)
+            context = replace(result, hits=pack(result.hits, answer_budget), budget_tokens=answer_budget)
+            with memory.llm.stage("query"):
+                reply = read(memory.llm, q.text, context, now=q.date)
             record["prediction"] = reply.text
             record["cited"] = reply.cited_turn_ids
             record["gold"] = q.answer
