@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import sqlite3
 import sys
 import tempfile
@@ -87,27 +86,40 @@ def handles_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-class ProgressLog:
-    """Progress for a long run whose stderr is a file (nohup, CI): one plain line per task at most every
-    `every` seconds, and always its first item and its last (when the total is known)."""
+PROGRESS_EVERY = 30.0  # seconds between progress lines when stderr is a log file, not a terminal
 
-    def __init__(self, every: float = 30.0) -> None:
-        self.every = every
+
+class ProgressLog:
+    """Progress for long work whose stderr is a file (nohup, CI): a plain line per task every PROGRESS_EVERY
+    seconds, and a last one when a task that printed any finishes. Work shorter than that prints nothing."""
+
+    def __init__(self) -> None:
         self.start: dict[str, float] = {}
         self.last: dict[str, float] = {}
 
     def line(self, label: str, done: int, total: int) -> None:
         now = time.monotonic()
-        self.start.setdefault(label, now)
-        if done == 1 or done == total or now - self.last.get(label, -math.inf) >= self.every:
+        start = self.start.setdefault(label, now)
+        last = self.last.get(label)
+        if now - (last if last is not None else start) >= PROGRESS_EVERY or (done == total and last is not None):
             self.last[label] = now
             of = f" of {total}" if total else ""
-            print(f"{label}: {done}{of} done, {now - self.start[label]:.0f} s", file=sys.stderr, flush=True)
+            print(f"{label}: {done}{of} done, {now - start:.0f} s", file=sys.stderr, flush=True)
 
 
 @contextmanager
 def progress_bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar on stderr (shown only when stderr is a terminal); yields an `advance(n)` callback."""
+    """A rich progress bar on stderr when it is a terminal, else plain lines (ProgressLog); yields `advance(n)`."""
+    if not err.is_terminal:
+        log, done = ProgressLog(), 0
+
+        def advance(n: int) -> None:
+            nonlocal done
+            done += n
+            log.line(label, done, total)
+
+        yield advance
+        return
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -115,7 +127,6 @@ def progress_bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
         TimeElapsedColumn(),
         console=err,
         transient=False,
-        disable=not err.is_terminal,
     ) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n: bar.advance(task, n)

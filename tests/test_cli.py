@@ -204,7 +204,7 @@ def test_bracketed_text_prints_literally(tmp_path):
     assert r.exit_code == 0 and "[red]alert[/red]" in r.output and "[bold] tags" in r.output
 
 
-def test_bench_command_prints_the_table_and_plain_progress_lines_in_a_log(tmp_path):
+def test_bench_command_prints_the_table_and_plain_progress_lines_in_a_log(tmp_path, monkeypatch):
     texts = ["I like tea", "My boat is red"]
     turns = [{"speaker": "A", "dia_id": f"D1:{i + 1}", "text": t} for i, t in enumerate(texts)]
     qa = [{"question": "What colour is the boat?", "answer": "red", "evidence": ["D1:2"], "category": 4}]
@@ -212,10 +212,15 @@ def test_bench_command_prints_the_table_and_plain_progress_lines_in_a_log(tmp_pa
     data = tmp_path / "l.json"
     data.write_text(json.dumps([sample, {**sample, "sample_id": "c2"}]))
     out = tmp_path / "out"
-    r = cli(tmp_path, "bench", "locomo", "--data", str(data), "--engines", "bm25", "--out", str(out), "--limit", "1")
+    args = ("bench", "locomo", "--data", str(data), "--engines", "bm25", "--limit", "1")
+    r = cli(tmp_path, *args, "--out", str(out))
     assert r.exit_code == 0, r.output
-    # stderr is not a terminal here, so progress comes as plain lines (first and last item of each engine)
+    assert "done" not in r.stderr  # stderr is a log here, and work shorter than PROGRESS_EVERY prints nothing
+    monkeypatch.setattr("cuemem.cli.PROGRESS_EVERY", 0.0)  # a line at every step from now on
+    r = cli(tmp_path, *args, "--out", str(tmp_path / "again"))
     assert "locomo · bm25: 1 of 1 done" in r.stderr
     assert "bm25" in r.stdout and "1.000" in r.stdout and "results.json" in r.stdout
     results = json.loads((out / "results.json").read_text())
     assert results["engines"]["bm25"]["retrieval"]["questions"] == 1  # --limit 1: only c1
+    r = cli(tmp_path, "ingest", str(data), "-u", "logged")  # every long command reports the same way
+    assert r.exit_code == 0 and "ingest" in r.stderr and "done" in r.stderr

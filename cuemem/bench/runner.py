@@ -97,7 +97,7 @@ def run_conversation(
             memory.add(conv.turns[i : i + INGEST_BATCH], user_id=user, on_error="skip")
     ingest_seconds = time.perf_counter() - start
     questions = []
-    answer_budget = config.answer_budget or memory.settings.answer_budget
+    answer_budget = memory.settings.answer_budget if config.answer_budget is None else config.answer_budget
     for q in conv.questions:
         # Fullcontext *is* the budget (everything that fits); every other engine ranks DEPTH hits, then packs.
         search_budget = config.budget if memory.engine.name == "fullcontext" else None
@@ -143,7 +143,6 @@ def run_conversation(
     llm_after = memory.llm.stats()
     return {
         "conversation": conv.id,
-        "protocol": protocol(config),
         "turns": len(conv.turns),
         "ingest_seconds": ingest_seconds,
         "llm": {
@@ -177,7 +176,7 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
                     if saved is not None and _reusable(saved, wanted):
                         done.append(saved)
                     else:
-                        record = run_conversation(memory, config, conv, judge_client)
+                        record = {**run_conversation(memory, config, conv, judge_client), "protocol": wanted}
                         _write_atomic(path, record)
                         done.append(record)
                     if progress:
