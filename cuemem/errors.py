@@ -33,3 +33,7 @@ class EmbeddingError(CuememError, RuntimeError):
 
 class ImportFormatError(CuememError, ValueError):
     """An input file (JSONL, LoCoMo JSON) is malformed."""
+
+
+class StoreError(CuememError):
+    """The store file cannot be opened or written (not a cuemem store, newer schema, read-only, locked, disk full)."""

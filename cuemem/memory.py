@@ -8,7 +8,9 @@ log (DESIGN.md promise 1).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -21,12 +23,17 @@ from .config import Settings
 from .embed import make_embedder
 from .embed.base import Embedder
 from .engines import Engine, EngineContext, get_engine
+from .engines.base import StoreCallCache
 from .errors import CuememError, ImportFormatError, InvalidTurnError, TurnNotFoundError
 from .index.budget import pack
+from .index.live import IndexCache
 from .index.tokens import TokenCounter, default_counter
 from .llm import LLMClient, make_client
+from .store.base import DerivedSpec, Store
 from .store.sqlite import SQLiteStore
 from .types import Answer, Namespace, Retrieval, Turn
+
+log = logging.getLogger(__name__)
 
 Message = str | bytes | Mapping[str, Any] | Turn
 INGEST_BATCH = 256  # turns per engine ingest call: bounds memory and gives progress bars a pulse
@@ -43,7 +50,9 @@ class AddResult:
 
 class Memory:
     """Long-term memory over one store. `engine` picks the retrieval strategy: a registered name (default:
-    settings.engine) or an engine instance, e.g. `cuemem.engines.stitch.variant("stitch", k_update=100)`."""
+    settings.engine) or an engine instance, e.g. `cuemem.engines.stitch.variant("stitch", k_update=100)`.
+    `read_only=True` opens the store for reading only: it never writes (nor waits behind a writer), searches what
+    is already indexed, and refuses writes with StoreError."""
 
     def __init__(
         self,
@@ -53,6 +62,7 @@ class Memory:
         embedder: Embedder | None = None,
         llm: LLMClient | None = None,
         settings: Settings | None = None,
+        read_only: bool = False,
         **overrides: Any,
     ) -> None:
         instance = engine if engine is not None and not isinstance(engine, str) else None
@@ -63,7 +73,8 @@ class Memory:
                 self.settings.db = Path(path)
             if name is not None:
                 self.settings.engine = name
-        self.store = SQLiteStore(self.settings.db)
+        self.store: Store = SQLiteStore(self.settings.db, read_only=read_only)
+        self.indexes = IndexCache()  # in-memory lexical indexes and engines' query-side views, per namespace
         self.engine: Engine = instance if instance is not None else get_engine(self.settings.engine)
         self._engines: dict[str, Engine] = {self.engine.name: self.engine}
         self._embedder = embedder
@@ -100,6 +111,13 @@ class Memory:
             self._engines[name] = get_engine(name)
         return self._engines[name]
 
+    def llm_for(self, ns: int) -> LLMClient:
+        """The model client for calls made on a namespace's behalf: cached in the store with that namespace's
+        turns (so every delete there forgets them), keyed with the store's salt; no cache when llm_cache=off."""
+        if self.settings.llm_cache == "off":
+            return self.llm.bound(None)
+        return self.llm.bound(StoreCallCache(self.store, ns), salt=self.store.salt)
+
     def _context(self, ns: int, namespace: Namespace, progress: Callable[[int], None] | None = None) -> EngineContext:
         return EngineContext(
             store=self.store,
@@ -107,8 +125,9 @@ class Memory:
             namespace=namespace,
             settings=self.settings,
             tokens=self.tokens,
+            indexes=self.indexes,
             embedder_factory=lambda: self.embedder,
-            llm_factory=lambda: self.llm,
+            llm_factory=lambda: self.llm_for(ns),
             progress=progress,
         )
 
@@ -119,26 +138,33 @@ class Memory:
     def _sync(
         self, engine: Engine, ns: int, namespace: Namespace, progress: Callable[[int], None] | None = None
     ) -> int:
-        """Feed the engine every logged turn past its watermark; returns how many turns it ingested."""
-        ctx = self._context(ns, namespace, progress)
-        key = self._progress_key(engine)
-        done = 0
-        batch: list[Turn] = []
-        for turn in self.store.iter_turns(ns, after_seq=self.store.watermark(ns, key)):
-            batch.append(turn)
-            if len(batch) == INGEST_BATCH:
-                done += self._ingest(engine, key, ctx, batch)
-                batch = []
-        if batch:
-            done += self._ingest(engine, key, ctx, batch)
-        return done
+        """Feed the engine every logged turn past its watermark; returns how many turns it ingested.
 
-    def _ingest(self, engine: Engine, key: str, ctx: EngineContext, batch: list[Turn]) -> int:
-        engine.ingest(ctx, batch)
-        self.store.set_watermark(ctx.ns, key, max(t.seq or 0 for t in batch))
-        if ctx.progress:
-            ctx.progress(len(batch))
-        return len(batch)
+        One indexer per (namespace, engine) across threads and processes: each batch's watermark check, turn
+        read, engine writes and new watermark happen inside one write transaction (BEGIN IMMEDIATE), so
+        concurrent indexers take turns and a concurrent ingest equals a sequential one.
+        """
+        key = self._progress_key(engine)
+        if self.store.watermark(ns, key) >= self.store.last_seq(ns):
+            return 0  # caught up: a read, no lock taken
+        if self.store.read_only:
+            log.warning("%s has not indexed every turn of (%s) and the store is open read-only: results cover"
+                        " what is indexed", engine.name, namespace)  # fmt: skip
+            return 0
+        self.store.declare(_spec(engine))
+        ctx = self._context(ns, namespace, progress)
+        done = 0
+        while True:
+            with self.store.transaction():
+                batch = list(self.store.iter_turns(ns, after_seq=self.store.watermark(ns, key), limit=INGEST_BATCH))
+                if batch:
+                    engine.ingest(ctx, batch)
+                    self.store.set_watermark(ns, key, max(t.seq or 0 for t in batch))
+            if not batch:
+                return done
+            done += len(batch)
+            if progress:
+                progress(len(batch))
 
     @staticmethod
     def namespace(user_id: str, agent_id: str | None = None, run_id: str | None = None) -> Namespace:
@@ -256,7 +282,9 @@ class Memory:
             basis = json.dumps([session, speaker, text, stamp], ensure_ascii=False)
             seen[basis] += 1
             basis += f"#{seen[basis]}"
-            turn_id = "t-" + hashlib.sha1(basis.encode("utf-8")).hexdigest()[:16]
+            # Keyed with the store's salt: stable within this store (a retried add is a no-op), but no one can
+            # confirm a guess of a deleted turn's words from an id left in the history.
+            turn_id = "t-" + hmac.new(self.store.salt, basis.encode("utf-8"), hashlib.sha256).hexdigest()[:16]
         else:
             turn_id = _clean_field(turn_id, "id")
         return Turn(
@@ -314,16 +342,21 @@ class Memory:
         budget_tokens: int | None = None,
         engine: str | None = None,
         now: str | None = None,
+        abstain: str | None = None,
     ) -> Answer:
         """Search, pack the hits into `budget_tokens` (settings.answer_budget by default) and have the model
         answer; the answer cites only turn ids that were in its context. Model calls count as stage "query".
-        `now`, the date the question is asked, is given to the model for questions relative to it."""
+        `now`, the date the question is asked, is given to the model for questions relative to it; `abstain` is
+        the reply the model is told to give when its excerpts do not say (the reader's default otherwise)."""
         budget = self.settings.answer_budget if budget_tokens is None else budget_tokens
         retrieval = self.search(
             question, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget, engine=engine
         )
-        with self.llm.stage("query"):
-            return read(self.llm, question, retrieval, now=now)
+        client = self.llm_for(self.store.namespace_id(Namespace(user_id, agent_id, run_id)))
+        with client.stage("query"):
+            if abstain is not None:
+                return read(client, question, retrieval, now=now, abstain=abstain)
+            return read(client, question, retrieval, now=now)
 
     def get(self, turn_id: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> Turn:
         ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))
@@ -362,10 +395,40 @@ class Memory:
         ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))
         return self.store.delete_turns(ns, session_id=session_id)
 
-    def delete_all(self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> int:
-        """Delete a whole namespace: its log, every derived index and its history."""
-        ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))
-        return self.store.delete_namespace(ns)
+    def delete_all(
+        self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None
+    ) -> list[tuple[Namespace, int]]:
+        """Delete a namespace and every namespace under it (all of a user's agent and run namespaces when only
+        `user_id` is given): their logs, every derived row, cached model calls and history. Returns each
+        namespace deleted with its number of turns; raises UnknownNamespaceError when there is none."""
+        Namespace(user_id, agent_id, run_id)  # validates the ids
+        targets = [
+            namespace
+            for namespace, _ in self.store.namespaces()
+            if namespace.user_id == user_id
+            and (agent_id is None or namespace.agent_id == agent_id)
+            and (run_id is None or namespace.run_id == run_id)
+        ]
+        if not targets:
+            self.store.namespace_id(Namespace(user_id, agent_id, run_id))  # raises UnknownNamespaceError
+        deleted = []
+        for namespace in targets:
+            ns = self.store.namespace_id(namespace)
+            deleted.append((namespace, self.store.delete_namespace(ns)))
+            self.indexes.drop(ns)
+        return deleted
+
+    def checkpoint(self) -> None:
+        """Fold the write-ahead log into the store file and truncate it: after a delete, no page of the deleted
+        turns is left in either file (freed pages are zeroed: secure_delete)."""
+        self.store.checkpoint()
+
+    def derived_state(
+        self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None
+    ) -> dict[str, Any]:
+        """Every derived row of a namespace in a store-independent form: two stores fed the same log compare
+        equal (used to check that concurrent and crashed ingests equal a sequential one)."""
+        return self.store.derived_state(self.store.namespace_id(Namespace(user_id, agent_id, run_id)))
 
     def reindex(
         self,
@@ -445,6 +508,12 @@ class Memory:
                     progress(len(chunk))
         report.errors.sort()
         return report
+
+
+def _spec(engine: Engine) -> DerivedSpec:
+    """An engine's declared derived state; an engine (plugin) that declares none is rebuilt after any delete."""
+    spec = getattr(engine, "derived", None)
+    return spec if isinstance(spec, DerivedSpec) else DerivedSpec(engine.name, (), "rebuild")
 
 
 @dataclass

@@ -81,16 +81,15 @@ def test_delete_leaves_no_derived_rows(make_memory):
     memory.store.kv_set(ns, "stitch", "vocabulary", ["booking"])
     assert memory.store.kv_get(ns, "stitch", "vocabulary") == ["booking"]
     memory.delete("d1", user_id="maya")
-    assert memory.store.items_with_label(ns, "event", "booking") == [items["d2"]]
+    assert memory.store.labels_of(ns, items["d1"]) == []
     assert memory.store.labels_of(ns, items["d2"]) == [("event", "booking")]
     q = memory.store._query
     assert q("SELECT COUNT(*) FROM items WHERE key='d1'")[0][0] == 0
     assert q("SELECT COUNT(*) FROM item_turns")[0][0] == 3
     assert q("SELECT COUNT(*) FROM vectors")[0][0] == 3
     assert q("SELECT COUNT(*) FROM embed_cache")[0][0] == 3
-    count = memory.delete_all(user_id="maya")
-    assert count == 3
-    for table in ("turns", "items", "item_turns", "vectors", "embed_cache", "watermarks", "kv", "labels"):
+    assert memory.delete_all(user_id="maya") == [(memory.namespace("maya"), 3)]
+    for table in ("turns", "items", "item_turns", "vectors", "embed_cache", "watermarks", "kv", "labels", "llm_calls"):
         assert q(f"SELECT COUNT(*) FROM {table}")[0][0] == 0, table
     with pytest.raises(UnknownNamespaceError):
         memory.search("hotel", user_id="maya")

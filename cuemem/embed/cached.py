@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from ..index.dense import embed_texts_cached
+from ..store.base import text_hash
 from .base import Embedder
 
 
@@ -71,3 +71,35 @@ class CachedEmbedder:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def embed_texts_cached(
+    embedder: Embedder,
+    texts: Sequence[str],
+    cached: Callable[[list[str]], dict[str, np.ndarray]],
+    *,
+    chunk_size: int = 512,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[str], np.ndarray]:
+    """Embed texts, taking what the cache (by text hash) already holds; returns (hashes, vectors).
+
+    Texts go to the embedder `chunk_size` at a time and it batches them itself: sentence-transformers sorts a
+    call's texts by length before padding, which measured 1.7x faster than calls of 32 (BENCHMARKS.md).
+    """
+    hashes = [text_hash(t) for t in texts]
+    known = cached(hashes)
+    first: dict[str, int] = {}
+    for i, h in enumerate(hashes):
+        if h not in known:
+            first.setdefault(h, i)
+    todo = list(first.values())
+    for start in range(0, len(todo), chunk_size):
+        chunk = todo[start : start + chunk_size]
+        vectors = embedder.embed([texts[i] for i in chunk])
+        for i, vec in zip(chunk, vectors, strict=True):
+            known[hashes[i]] = vec
+        if progress:
+            progress(len(chunk))
+    if not texts:
+        return [], np.zeros((0, embedder.dim), dtype=np.float32)
+    return hashes, np.stack([known[h] for h in hashes]).astype(np.float32)

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..config import Settings
 from ..embed.base import Embedder
+from ..embed.cached import embed_texts_cached
 from ..errors import CuememError
-from ..index.dense import embed_texts_cached
+from ..index.live import IndexCache
 from ..index.tokens import TokenCounter
+from ..llm.base import Usage
 from ..llm.client import LLMClient
-from ..store.sqlite import SQLiteStore
+from ..store.base import CachedCall, DerivedSpec, Store
 from ..types import Hit, Namespace, Turn
 
 
@@ -22,11 +25,12 @@ from ..types import Hit, Namespace, Turn
 class EngineContext:
     """Everything an engine may use for one namespace; engines keep no other state."""
 
-    store: SQLiteStore
+    store: Store
     ns: int
     namespace: Namespace
     settings: Settings
     tokens: TokenCounter
+    indexes: IndexCache
     embedder_factory: Callable[[], Embedder]
     progress: Callable[[int], None] | None = None
     llm_factory: Callable[[], LLMClient] | None = None
@@ -60,10 +64,19 @@ class EngineContext:
 
     @property
     def llm(self) -> LLMClient:
-        """The model client, for model-assisted engines (created on first use)."""
+        """The model client, for model-assisted engines (created on first use); its calls are cached with this
+        namespace's data in the store, so deleting a turn also forgets the prompts that quoted it."""
         if self.llm_factory is None:
             raise CuememError("this engine needs a model client, but none was given to the engine context")
         return self.llm_factory()
+
+    def bm25(self, space: str, query: str, k: int) -> list[tuple[int, float]]:
+        """Top-k (item id, BM25 score) among this namespace's items of `space`."""
+        return self.indexes.bm25_search(self.store, self.ns, space, query, k, self.settings.bm25_stopwords)
+
+    def nearest(self, space: str, model: str, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """Top-k (item id, cosine) among this namespace's vectors of `space` from `model` (the store's search)."""
+        return self.store.vector_search(self.ns, space, model, np.asarray(vector, dtype=np.float32), k)
 
     def hits_from_items(self, scored: Sequence[tuple[int, float]], engine: str) -> list[Hit]:
         """Turn (item id, score) pairs into hits carrying their source turn ids and token counts; an item
@@ -76,15 +89,46 @@ class EngineContext:
         ]
 
 
+class StoreCallCache:
+    """The model-call cache of one namespace, kept in the store beside the turns its prompts quote (purged by
+    every delete in the namespace); what `LLMClient.bound` caches into for calls made on that namespace's behalf."""
+
+    def __init__(self, store: Store, ns: int) -> None:
+        self.store, self.ns = store, ns
+
+    def get(self, key: str) -> Any:
+        found = self.store.cached_call(self.ns, key)
+        return None if found is None else json.loads(found)
+
+    def put(self, key: str, backend: str, method: str, stage: str, request: Any, response: Any, usage: Usage,
+            seconds: float) -> None:  # fmt: skip
+        request_json = json.dumps(request, ensure_ascii=False)
+        response_json = json.dumps(response, ensure_ascii=False)
+        call = CachedCall(key, backend, method, stage, request_json, response_json, usage.prompt_tokens,
+                          usage.completion_tokens, seconds)  # fmt: skip
+        self.store.cache_call(self.ns, call)
+
+    def summary(self) -> list[dict[str, Any]]:
+        return self.store.call_summary()
+
+    def count(self) -> int:
+        return sum(int(row["calls"]) for row in self.store.call_summary())
+
+
 @runtime_checkable
 class Engine(Protocol):
-    """`ingest` must be idempotent (re-ingesting a turn changes nothing): the store may replay turns after a
-    crash or a partial delete. `retrieve` returns hits best first; Memory packs them into the budget.
+    """`ingest` must be idempotent (re-ingesting a turn changes nothing) and a function of the log alone (the
+    same turns in the same order give the same derived state, however they are batched): the store may replay
+    turns after a crash or a delete. `retrieve` returns hits best first; Memory packs them into the budget.
+    `derived` declares the engine's item spaces and what a delete does to them (store/base.py, DerivedSpec).
     An engine whose index depends on the embedder sets `uses_embedder = True`, so that its progress is tracked
     per embedding model and a new model re-embeds from the log."""
 
     name: str
     uses_embedder: bool
+
+    @property
+    def derived(self) -> DerivedSpec: ...
 
     def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None: ...
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..index.fusion import reciprocal_rank_fusion
-from ..index.live import bm25_search, dense_search
+from ..store.base import DerivedSpec, NewItem
 from ..types import Hit, Turn
 from .base import EngineContext
 
@@ -19,8 +19,8 @@ TURN_SPACE = "turn"
 
 
 def turn_words(turn: Turn) -> str:
-    """A turn's words with its image caption, if it carries one."""
-    caption = turn.metadata.get("blip_caption") or turn.metadata.get("image_caption")
+    """A turn's words with its image caption (metadata "image_caption"), if it carries one."""
+    caption = turn.metadata.get("image_caption")
     return f"{turn.text} [image: {caption}]" if caption else turn.text
 
 
@@ -42,7 +42,7 @@ def index_turns(ctx: EngineContext, turns: Sequence[Turn]) -> None:
         ctx.ns,
         TURN_SPACE,
         [
-            (
+            NewItem(
                 t.id,
                 doc,
                 {"session_id": t.session_id, "speaker": t.speaker, "timestamp": t.timestamp},
@@ -52,6 +52,17 @@ def index_turns(ctx: EngineContext, turns: Sequence[Turn]) -> None:
             for t, doc, tokens in zip(turns, docs, ctx.tokens.count_many(docs), strict=True)
         ],
     )
+
+
+class TurnIndexer:
+    """What the baselines share: one item per turn in the "turn" space, each depending on its own turn only, so a
+    delete removes exactly the deleted turns' items and nothing is rebuilt."""
+
+    name: str
+
+    @property
+    def derived(self) -> DerivedSpec:
+        return DerivedSpec(self.name, (TURN_SPACE,), "rows")
 
 
 def embed_missing(ctx: EngineContext, space: str, keys: Sequence[str]) -> None:
@@ -70,7 +81,7 @@ def embed_missing(ctx: EngineContext, space: str, keys: Sequence[str]) -> None:
     )
 
 
-class FullContext:
+class FullContext(TurnIndexer):
     """Everything that fits: the most recent turns that fill the budget, returned in log order."""
 
     name = "fullcontext"
@@ -94,7 +105,7 @@ class FullContext:
         return ctx.hits_from_items([(i, (r + 1) / total) for r, (i, _) in enumerate(chosen)], self.name)
 
 
-class BM25Engine:
+class BM25Engine(TurnIndexer):
     """Lexical retrieval: BM25 over the turn documents."""
 
     name = "bm25"
@@ -104,13 +115,13 @@ class BM25Engine:
         index_turns(ctx, turns)
 
     def ranked(self, ctx: EngineContext, query: str, depth: int) -> list[tuple[int, float]]:
-        return bm25_search(ctx.store, ctx.ns, TURN_SPACE, query, depth, ctx.settings.bm25_stopwords)
+        return ctx.bm25(TURN_SPACE, query, depth)
 
     def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
         return ctx.hits_from_items(self.ranked(ctx, query, k), self.name)
 
 
-class DenseEngine:
+class DenseEngine(TurnIndexer):
     """Semantic retrieval: cosine similarity of sentence embeddings of the turn documents."""
 
     name = "dense"
@@ -122,13 +133,13 @@ class DenseEngine:
 
     def ranked(self, ctx: EngineContext, query: str, depth: int) -> list[tuple[int, float]]:
         query_vector = ctx.embedder.embed([query])[0]
-        return dense_search(ctx.store, ctx.ns, TURN_SPACE, ctx.embedder.name, np.asarray(query_vector), depth)
+        return ctx.nearest(TURN_SPACE, ctx.embedder.name, np.asarray(query_vector), depth)
 
     def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
         return ctx.hits_from_items(self.ranked(ctx, query, k), self.name)
 
 
-class HybridEngine:
+class HybridEngine(TurnIndexer):
     """BM25 and dense rankings fused by reciprocal rank (k = settings.rrf_k, 60 by default)."""
 
     name = "hybrid"

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..store.vectors import top_k
 from .text import analyze
 
 
@@ -70,15 +71,3 @@ class BM25Index:
             idf = np.log(1.0 + (n - len(docs) + 0.5) / (len(docs) + 0.5))
             scores[docs] += idf * tfs * (self.k1 + 1) / (tfs + norm[docs])
         return top_k(scores, k, self.keys)
-
-
-def top_k(scores: np.ndarray, k: int, keys: list[int], *, positive_only: bool = True) -> list[tuple[int, float]]:
-    """The k best (key, score) pairs, stable for ties (lower index first)."""
-    candidates = np.flatnonzero(scores > 0) if positive_only else np.arange(len(scores))
-    if len(candidates) == 0:
-        return []
-    if len(candidates) > k:
-        part = np.argpartition(-scores[candidates], k - 1)[:k]
-        candidates = candidates[part]
-    order = sorted(candidates.tolist(), key=lambda i: (-float(scores[i]), i))
-    return [(keys[i], float(scores[i])) for i in order[:k]]

@@ -1,29 +1,39 @@
-"""The embedded store: SQLite in WAL mode holding the raw turn log and every derived index (DESIGN.md promises 1-3).
+"""The embedded store: SQLite in WAL mode holding the raw turn log and every derived row (DESIGN.md promises 1-3).
 
 Namespaces are hard partitions: every query below that reads or writes user data names `ns` in its WHERE
-clause or key. Derived rows (items and what hangs off them: provenance links, vectors, labels) cascade away
-with the turns they came from, so a deleted turn can never come back from any engine.
+clause or key. Derived rows are declared by their owners (`DerivedSpec`) and record the turns they cite and
+depend on; a delete removes exactly what depends on the deleted turns (or marks an owner for rebuild) in the same
+transaction, purges the namespace's cached model calls, and `secure_delete` zeroes the freed bytes.
+
+Opening never writes unless the file is new or needs a migration; `read_only=True` opens the file read-only, so
+reads neither wait behind a writer nor need write access. A file of another application, or of a newer cuemem,
+is refused untouched.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import CuememError, TurnNotFoundError, UnknownNamespaceError
+from ..errors import StoreError, TurnNotFoundError, UnknownNamespaceError
 from ..types import Namespace, Turn
+from .base import AppendResult, CachedCall, DerivedSpec, Item, NewItem, text_hash
+from .vectors import DenseIndex
 
-SCHEMA_VERSION = 1
+__all__ = ["SCHEMA_VERSION", "AppendResult", "Item", "NewItem", "SQLiteStore", "StoreError", "text_hash"]
+
+SCHEMA_VERSION = 2
+APPLICATION_ID = 0x63756D6D  # "cumm": marks a SQLite file as a cuemem store
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,7 +60,14 @@ CREATE TABLE IF NOT EXISTS turns(
 );
 CREATE INDEX IF NOT EXISTS turns_by_ns ON turns(ns, seq);
 CREATE INDEX IF NOT EXISTS turns_by_session ON turns(ns, session_id, seq);
--- Derived documents that engines index (a turn, a window, a record ...), in named spaces.
+-- Who owns which derived item spaces, and what a delete does to them (DerivedSpec).
+CREATE TABLE IF NOT EXISTS derived_specs(
+    owner TEXT NOT NULL,
+    space TEXT NOT NULL,
+    on_delete TEXT NOT NULL,
+    PRIMARY KEY(owner, space)
+);
+-- Derived documents that engines index (a turn, a step, a window, a record ...), in named spaces.
 CREATE TABLE IF NOT EXISTS items(
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     ns INTEGER NOT NULL REFERENCES namespaces(id),
@@ -62,11 +79,12 @@ CREATE TABLE IF NOT EXISTS items(
     UNIQUE(ns, space, key)
 );
 CREATE INDEX IF NOT EXISTS items_by_space ON items(ns, space, id);
--- Provenance: which turns an item came from.
+-- Dependencies of an item on turns: cited = 1 for its provenance, 0 for turns it only quotes.
 CREATE TABLE IF NOT EXISTS item_turns(
     item INTEGER NOT NULL REFERENCES items(id) ON DELETE CASCADE,
     ns INTEGER NOT NULL,
     turn_seq INTEGER NOT NULL,
+    cited INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY(item, turn_seq)
 );
 CREATE INDEX IF NOT EXISTS item_turns_by_turn ON item_turns(ns, turn_seq);
@@ -89,6 +107,7 @@ CREATE TABLE IF NOT EXISTS labels(
     PRIMARY KEY(item, kind, label)
 );
 CREATE INDEX IF NOT EXISTS labels_by_label ON labels(ns, kind, label);
+-- Engine state (derived like the rest: dropped with its owner's other rows).
 CREATE TABLE IF NOT EXISTS kv(
     ns INTEGER NOT NULL REFERENCES namespaces(id),
     engine TEXT NOT NULL,
@@ -102,6 +121,21 @@ CREATE TABLE IF NOT EXISTS embed_cache(
     text_hash TEXT NOT NULL,
     vec BLOB NOT NULL,
     PRIMARY KEY(ns, text_hash, model)
+);
+-- Model calls made on behalf of a namespace: purged by every delete in it (a prompt may quote any turn).
+CREATE TABLE IF NOT EXISTS llm_calls(
+    ns INTEGER NOT NULL REFERENCES namespaces(id),
+    key TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    method TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    request TEXT NOT NULL,
+    response TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    seconds REAL NOT NULL DEFAULT 0,
+    at REAL NOT NULL,
+    PRIMARY KEY(ns, key)
 );
 -- How far each engine has ingested each namespace's log (crash-safe catch-up).
 CREATE TABLE IF NOT EXISTS watermarks(
@@ -122,67 +156,126 @@ CREATE TABLE IF NOT EXISTS history(
 CREATE INDEX IF NOT EXISTS history_by_ns ON history(ns, id);
 """
 
-
-class StoreError(CuememError):
-    """The store file cannot be opened or written (not a cuemem store, locked, disk full ...)."""
-
-
-def text_hash(text: str) -> str:
-    """The key of the embedding cache: SHA-1 of the exact text embedded."""
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()
-
-
 # Every derived table keyed by namespace; items' dependants cascade through foreign keys.
-DERIVED_TABLES = ("items", "kv", "embed_cache", "watermarks")
+DERIVED_TABLES = ("items", "kv", "embed_cache", "llm_calls", "watermarks")
 
 
-@dataclass
-class Item:
-    """A derived document: what an engine indexes, with the turns it came from."""
-
-    id: int
-    key: str
-    text: str
-    meta: dict[str, Any]
-    turn_ids: list[str]
-    tokens: int = 0
+def _migrate_1_to_2(c: sqlite3.Connection) -> None:
+    """v2: items record quoted (not cited) turns, owners declare their spaces, model calls live per namespace.
+    Derived rows of v1 are dropped: engines rebuild them from the log (promise 1)."""
+    c.execute("ALTER TABLE item_turns ADD COLUMN cited INTEGER NOT NULL DEFAULT 1")
+    for table in ("items", "kv", "watermarks"):
+        c.execute(f"DELETE FROM {table}")
 
 
-@dataclass
-class AppendResult:
-    """Which turns a write stored and which it skipped because their id was already in the log."""
-
-    added: list[Turn]
-    skipped: list[str]
+MIGRATIONS = {1: _migrate_1_to_2}
 
 
 class SQLiteStore:
-    """Durable log of raw turns plus derived tables, per namespace; safe to share between threads."""
+    """Durable log of raw turns plus derived tables, per namespace; safe to share between threads and processes."""
 
-    def __init__(self, path: str | Path, *, timeout: float = 30.0) -> None:
-        self.path = Path(path) if str(path) != ":memory:" else Path(":memory:")
-        if str(self.path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.lock = threading.RLock()  # guards the connection and the in-memory indexes in `cache`
+    def __init__(self, path: str | Path, *, read_only: bool = False, timeout: float = 30.0) -> None:
+        self.path = Path(path)
+        self.read_only = read_only
+        self._lock = threading.RLock()  # guards the connection and the vector matrices
         self._depth = 0
-        self.cache: dict[Any, Any] = {}  # in-memory indexes built from this store (see index/live.py)
+        self._vectors: dict[tuple[int, str, str], tuple[int, DenseIndex, int]] = {}  # (ns, space, model) -> cache
+        memory = str(path) == ":memory:"
+        if not memory and not self.path.exists():
+            if read_only:
+                raise StoreError(f"no store at {self.path}: nothing to read")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        target = str(path) if memory else str(self.path)
+        uri = False
+        if read_only and not memory:
+            target, uri = self.path.resolve().as_uri() + "?mode=ro", True
         try:
-            self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None, check_same_thread=False)
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn = sqlite3.connect(
+                target, timeout=timeout, isolation_level=None, check_same_thread=False, uri=uri
+            )
+            self._conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            # Freed pages are zeroed: a deleted turn's bytes do not linger in the file (stock builds default off).
+            self._conn.execute("PRAGMA secure_delete=ON")
             # FULL: a commit is on disk before add() returns, so acknowledged turns survive a crash.
             self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.execute("PRAGMA foreign_keys=ON")
-            self._conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
-            self._conn.executescript(SCHEMA)
-            self._conn.execute(
-                "INSERT OR IGNORE INTO meta(key, value) VALUES('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
+            self._open()
         except sqlite3.DatabaseError as exc:
+            if hasattr(self, "_conn"):
+                self._conn.close()
             raise StoreError(f"cannot open {self.path} as a cuemem store: {exc}") from exc
+        except StoreError:
+            self._conn.close()
+            raise
+
+    def _open(self) -> None:
+        """Check what the file is; create, migrate or refuse it. Reads only, unless it is new or old."""
+        c = self._conn
+        app = c.execute("PRAGMA application_id").fetchone()[0]
+        tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not tables:
+            if self.read_only:
+                raise StoreError(f"{self.path} is empty: not a cuemem store yet")
+            self._initialise()
+        else:
+            self._check(app, tables)
+        self._salt = bytes.fromhex(c.execute("SELECT value FROM meta WHERE key='salt'").fetchone()[0])
+
+    def _check(self, app: int, tables: set[str]) -> None:
+        c = self._conn
+        version = None
+        if "meta" in tables:
+            row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            version = int(row[0]) if row and str(row[0]).isdigit() else None
+        if version is None or (app not in (0, APPLICATION_ID)) or (app == 0 and "turns" not in tables):
+            raise StoreError(f"{self.path} is not a cuemem store (a SQLite file of another application); left as is")
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has cuemem schema version {version}, newer than this cuemem supports"
+                f" ({SCHEMA_VERSION}); upgrade cuemem. The file was left as is."
+            )
+        if version < SCHEMA_VERSION:
+            if self.read_only:
+                raise StoreError(
+                    f"{self.path} has cuemem schema version {version}; open it once for writing to migrate it"
+                    f" to version {SCHEMA_VERSION}"
+                )
+            self._migrate(version)
+
+    def _schema(self, c: sqlite3.Connection) -> None:
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                c.execute(statement)
+
+    def _initialise(self) -> None:
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        with self.transaction() as c:
+            self._schema(c)
+            c.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', ?)", (str(SCHEMA_VERSION),))
+            c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('salt', ?)", (secrets.token_hex(16),))
+
+    def _migrate(self, version: int) -> None:
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        with self.transaction() as c:
+            current = int(c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
+            while current < SCHEMA_VERSION:  # another process may have migrated meanwhile
+                MIGRATIONS[current](c)
+                current += 1
+            self._schema(c)
+            c.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', ?)", (str(SCHEMA_VERSION),))
+            c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('salt', ?)", (secrets.token_hex(16),))
+            self._log(c, None, "migrate", {"from": version, "to": SCHEMA_VERSION})
 
     # ------------------------------------------------------------------ plumbing
+    @property
+    def salt(self) -> bytes:
+        """This store's random salt: derived ids and cache keys are not guessable from content without it."""
+        return self._salt
+
     def close(self) -> None:
-        with self.lock:
+        with self._lock:
             self._conn.close()
 
     def __enter__(self) -> SQLiteStore:
@@ -193,9 +286,11 @@ class SQLiteStore:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction (BEGIN IMMEDIATE). A nested call is a savepoint: if it fails, only its own
-        writes are undone, whether or not the caller goes on."""
-        with self.lock:
+        """A write transaction (BEGIN IMMEDIATE: one writer across threads and processes). A nested call is a
+        savepoint: if it fails, only its own writes are undone, whether or not the caller goes on."""
+        if self.read_only:
+            raise StoreError(f"{self.path} was opened read-only; this needs to write")
+        with self._lock:
             depth = self._depth
             try:
                 self._conn.execute("BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT sp{depth}")
@@ -204,13 +299,21 @@ class SQLiteStore:
             self._depth += 1
             try:
                 yield self._conn
-            except BaseException:
+            except BaseException as exc:
                 self._depth = depth
-                if depth == 0:
-                    self._conn.execute("ROLLBACK")
-                else:
-                    self._conn.execute(f"ROLLBACK TO sp{depth}")
-                    self._conn.execute(f"RELEASE sp{depth}")
+                self._vectors.clear()  # matrices may hold rows that are being rolled back
+                try:
+                    if depth == 0:
+                        self._conn.execute("ROLLBACK")
+                    else:
+                        self._conn.execute(f"ROLLBACK TO sp{depth}")
+                        self._conn.execute(f"RELEASE sp{depth}")
+                except sqlite3.Error:
+                    if isinstance(exc, sqlite3.Error):  # SQLite already rolled back (disk full, I/O error)
+                        raise StoreError(f"could not write to {self.path}: {exc}") from exc
+                    raise
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(f"could not write to {self.path}: {exc}") from exc
                 raise
             self._depth = depth
             if depth > 0:
@@ -219,15 +322,27 @@ class SQLiteStore:
             try:
                 self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                self._conn.execute("ROLLBACK")
+                self._vectors.clear()
+                with suppress(sqlite3.Error):
+                    self._conn.execute("ROLLBACK")
                 raise StoreError(f"could not commit to {self.path}: {exc}") from exc
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self.lock:
-            return self._conn.execute(sql, params).fetchall()
+        with self._lock:
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except sqlite3.OperationalError as exc:
+                raise StoreError(f"cannot read {self.path}: {exc}") from exc
 
     def integrity_check(self) -> str:
         return self._query("PRAGMA integrity_check")[0][0]
+
+    def checkpoint(self) -> None:
+        """Copy the write-ahead log into the main file and truncate it (after a delete: no old page survives)."""
+        if self.read_only or str(self.path) == ":memory:":
+            return
+        with self._lock:
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     # ------------------------------------------------------------------ namespaces
     def namespace_id(self, namespace: Namespace, *, create: bool = False) -> int:
@@ -263,46 +378,29 @@ class SQLiteStore:
     # ------------------------------------------------------------------ the raw log
     def append_turns(self, ns: int, turns: Sequence[Turn]) -> AppendResult:
         """Append turns in one transaction; a turn whose id is already logged in `ns` is skipped untouched."""
-        added: list[Turn] = []
-        skipped: list[str] = []
+        result = AppendResult()
         now = time.time()
         with self.transaction() as c:
             for turn in turns:
                 cur = c.execute(
                     "INSERT OR IGNORE INTO turns(ns, turn_id, session_id, speaker, text, timestamp, metadata,"
                     " added_at) VALUES(?,?,?,?,?,?,?,?)",
-                    (
-                        ns,
-                        turn.id,
-                        turn.session_id,
-                        turn.speaker,
-                        turn.text,
-                        turn.timestamp,
-                        json.dumps(turn.metadata, ensure_ascii=False),
-                        now,
-                    ),
-                )
+                    (ns, turn.id, turn.session_id, turn.speaker, turn.text, turn.timestamp,
+                     json.dumps(turn.metadata, ensure_ascii=False), now),
+                )  # fmt: skip
                 if cur.rowcount == 1:
                     turn.seq = cur.lastrowid
-                    added.append(turn)
+                    result.added.append(turn)
                 else:
-                    skipped.append(turn.id)
-            if added:
-                self._log(c, ns, "add", {"turn_ids": [t.id for t in added], "skipped": len(skipped)})
-        return AppendResult(added, skipped)
+                    result.skipped.append(turn.id)
+            if result.added:
+                self._log(c, ns, "add", {"turn_ids": [t.id for t in result.added], "skipped": len(result.skipped)})
+        return result
 
     def _row_to_turn(self, row: tuple[Any, ...], namespace: Namespace | None) -> Turn:
         seq, turn_id, session_id, speaker, text, timestamp, metadata = row
-        return Turn(
-            id=turn_id,
-            text=text,
-            speaker=speaker,
-            session_id=session_id,
-            timestamp=timestamp,
-            metadata=json.loads(metadata),
-            namespace=namespace,
-            seq=seq,
-        )
+        return Turn(id=turn_id, text=text, speaker=speaker, session_id=session_id, timestamp=timestamp,
+                    metadata=json.loads(metadata), namespace=namespace, seq=seq)  # fmt: skip
 
     _TURN_COLS = "seq, turn_id, session_id, speaker, text, timestamp, metadata"
 
@@ -313,31 +411,49 @@ class SQLiteStore:
         return self._row_to_turn(rows[0], self._namespace_of(ns))
 
     def iter_turns(
-        self, ns: int, *, after_seq: int = 0, session_id: str | None = None, batch: int = 1000
-    ) -> Iterator[Turn]:
-        """The namespace's turns in log order, read in batches (constant memory)."""
+        self, ns: int, *, after_seq: int = 0, session_id: str | None = None, limit: int | None = None,
+        batch: int = 1000,
+    ) -> Iterator[Turn]:  # fmt: skip
+        """The namespace's turns in log order (at most `limit`), read in batches (constant memory)."""
         namespace = self._namespace_of(ns)
-        last = after_seq
-        while True:
+        last, left = after_seq, limit
+        while left is None or left > 0:
             sql = f"SELECT {self._TURN_COLS} FROM turns WHERE ns=? AND seq>?"
             params: list[Any] = [ns, last]
             if session_id is not None:
                 sql += " AND session_id=?"
                 params.append(session_id)
-            rows = self._query(sql + " ORDER BY seq LIMIT ?", (*params, batch))
+            size = batch if left is None else min(batch, left)
+            rows = self._query(sql + " ORDER BY seq LIMIT ?", (*params, size))
             if not rows:
                 return
             for row in rows:
                 yield self._row_to_turn(row, namespace)
             last = rows[-1][0]
+            if left is not None:
+                left -= len(rows)
 
     def count_turns(self, ns: int) -> int:
         return self._query("SELECT COUNT(*) FROM turns WHERE ns=?", (ns,))[0][0]
 
+    def last_seq(self, ns: int) -> int:
+        """The log position of the namespace's newest turn (0 when empty)."""
+        rows = self._query("SELECT seq FROM turns WHERE ns=? ORDER BY seq DESC LIMIT 1", (ns,))
+        return rows[0][0] if rows else 0
+
+    def seqs_of(self, ns: int, turn_ids: Sequence[str]) -> dict[str, int]:
+        """Log positions of the given turn ids (ids not in the log are absent)."""
+        out: dict[str, int] = {}
+        for chunk in _chunks(list(dict.fromkeys(turn_ids)), 500):
+            marks = ",".join("?" * len(chunk))
+            for tid, seq in self._query(f"SELECT turn_id, seq FROM turns WHERE ns=? AND turn_id IN ({marks})",
+                                        (ns, *chunk)):  # fmt: skip
+                out[tid] = seq
+        return out
+
     def turn_ids_for_seqs(self, ns: int, seqs: Iterable[int]) -> dict[int, str]:
-        seqs = list(seqs)
         out: dict[int, str] = {}
-        for chunk in _chunks(seqs, 500):
+        for chunk in _chunks(list(seqs), 500):
             marks = ",".join("?" * len(chunk))
             for seq, tid in self._query(
                 f"SELECT seq, turn_id FROM turns WHERE +ns=? AND seq IN ({marks})", (ns, *chunk)
@@ -345,60 +461,79 @@ class SQLiteStore:
                 out[seq] = tid
         return out
 
-    # ------------------------------------------------------------------ deletion
+    # ------------------------------------------------------------------ forgetting
     def delete_turns(self, ns: int, turn_ids: Sequence[str] | None = None, session_id: str | None = None) -> int:
-        """Delete turns (by id, or a whole session) and every derived row that came from them."""
+        """Delete turns (by id, or a whole session) and, in the same transaction, every derived row that depends
+        on them (DerivedSpec says how), the namespace's cached model calls and the embeddings of their text."""
         with self.transaction() as c:
             if session_id is not None:
                 seqs = [r[0] for r in c.execute("SELECT seq FROM turns WHERE ns=? AND session_id=?", (ns, session_id))]
             else:
-                seqs = []
-                for chunk in _chunks(list(turn_ids or []), 500):
-                    marks = ",".join("?" * len(chunk))
-                    seqs += [
-                        r[0]
-                        for r in c.execute(f"SELECT seq FROM turns WHERE ns=? AND turn_id IN ({marks})", (ns, *chunk))
-                    ]
+                seqs = list(self.seqs_of(ns, list(turn_ids or [])).values())
             if not seqs:
                 return 0
             deleted_ids = self.turn_ids_for_seqs(ns, seqs)
-            partial = False
+            self._forget(c, ns, seqs)
             for chunk in _chunks(seqs, 500):
-                marks = ",".join("?" * len(chunk))
-                items = [
-                    r[0]
-                    for r in c.execute(
-                        f"SELECT DISTINCT item FROM item_turns WHERE ns=? AND turn_seq IN ({marks})",
-                        (ns, *chunk),
-                    )
-                ]
-                for ichunk in _chunks(items, 500):
-                    imarks = ",".join("?" * len(ichunk))
-                    # An item that also covered surviving turns must be rebuilt from them: engines re-ingest.
-                    survivors = c.execute(
-                        f"SELECT COUNT(*) FROM item_turns WHERE item IN ({imarks}) AND turn_seq NOT IN ({marks})",
-                        (*ichunk, *chunk),
-                    ).fetchone()[0]
-                    partial = partial or survivors > 0
-                    # The cache forgets what was embedded for these items: their text, and whatever text their
-                    # vectors came from (an engine may embed another rendering than the item's text).
-                    texts = c.execute(f"SELECT text FROM items WHERE +ns=? AND id IN ({imarks})", (ns, *ichunk))
-                    hashes = {text_hash(t) for (t,) in texts}
-                    sql = f"SELECT text_hash FROM vectors WHERE item IN ({imarks}) AND +ns=?"
-                    embedded = c.execute(sql, (*ichunk, ns))
-                    hashes.update(h for (h,) in embedded)
-                    c.executemany("DELETE FROM embed_cache WHERE ns=? AND text_hash=?", [(ns, h) for h in hashes])
-                    c.execute(f"DELETE FROM items WHERE +ns=? AND id IN ({imarks})", (ns, *ichunk))
-                c.execute(f"DELETE FROM turns WHERE +ns=? AND seq IN ({marks})", (ns, *chunk))
-            if partial:
-                c.execute("DELETE FROM watermarks WHERE ns=?", (ns,))
-            self._bump_epoch(c, ns)
+                c.execute(f"DELETE FROM turns WHERE +ns=? AND seq IN ({','.join('?' * len(chunk))})", (ns, *chunk))
             op = "delete_session" if session_id is not None else "delete"
             self._log(c, ns, op, {"turn_ids": sorted(deleted_ids.values()), "session_id": session_id})
         return len(seqs)
 
+    def _forget(self, c: sqlite3.Connection, ns: int, seqs: Sequence[int]) -> None:
+        """Remove the derived rows that depend on the turns `seqs`; items that also cite surviving turns are
+        re-ingested from the log (their owners' watermarks step back); owners declared `rebuild` start over."""
+        gone = set(seqs)
+        affected: set[int] = set()
+        for chunk in _chunks(list(gone), 500):
+            marks = ",".join("?" * len(chunk))
+            affected.update(r[0] for r in c.execute(
+                f"SELECT item FROM item_turns WHERE ns=? AND turn_seq IN ({marks})", (ns, *chunk)))  # fmt: skip
+        redo: dict[str, int] = {}  # space -> first surviving turn of a partly deleted item
+        hashes: set[str] = set()
+        for chunk in _chunks(sorted(affected), 500):
+            marks = ",".join("?" * len(chunk))
+            sql = (f"SELECT i.space, it.turn_seq FROM item_turns it JOIN items i ON i.id = it.item"
+                   f" WHERE it.item IN ({marks}) AND +it.ns=? AND it.cited=1")  # fmt: skip
+            for space, seq in c.execute(sql, (*chunk, ns)):
+                if seq not in gone:
+                    redo[space] = min(seq, redo.get(space, seq))
+            # The embedding cache forgets what was embedded for these items: their text, and whatever text
+            # their vectors came from (an engine may embed another rendering than the item's text).
+            hashes.update(text_hash(t) for (t,) in c.execute(
+                f"SELECT text FROM items WHERE +ns=? AND id IN ({marks})", (ns, *chunk)))  # fmt: skip
+            hashes.update(h for (h,) in c.execute(
+                f"SELECT text_hash FROM vectors WHERE item IN ({marks}) AND +ns=?", (*chunk, ns)))  # fmt: skip
+            c.execute(f"DELETE FROM items WHERE +ns=? AND id IN ({marks})", (ns, *chunk))
+        c.executemany("DELETE FROM embed_cache WHERE ns=? AND text_hash=?", [(ns, h) for h in hashes])
+        specs = c.execute("SELECT owner, space, on_delete FROM derived_specs").fetchall()
+        for owner, space, _ in specs:
+            if space in redo:  # step back so the owner re-ingests the surviving turns of the dropped item
+                self._rewind(c, ns, owner, redo[space] - 1)
+        for owner in sorted({o for o, _, policy in specs if policy == "rebuild"}):
+            self._drop_owner(c, ns, owner, [s for o, s, _ in specs if o == owner])
+        c.execute("DELETE FROM llm_calls WHERE ns=?", (ns,))  # any cached prompt may have quoted a deleted turn
+        self._bump_epoch(c, ns)
+
+    @staticmethod
+    def _owner_keys(owner: str) -> tuple[str, tuple[str, str, str]]:
+        """SQL matching an owner's watermark keys: `owner` and `owner@<embedder>` (no LIKE: names are data)."""
+        return "(engine=? OR substr(engine, 1, length(?) + 1) = ? || '@')", (owner, owner, owner)
+
+    def _rewind(self, c: sqlite3.Connection, ns: int, owner: str, upto: int) -> None:
+        where, params = self._owner_keys(owner)
+        c.execute(f"UPDATE watermarks SET upto=? WHERE ns=? AND upto>? AND {where}", (upto, ns, upto, *params))
+
+    def _drop_owner(self, c: sqlite3.Connection, ns: int, owner: str, spaces: Sequence[str]) -> None:
+        """All of an owner's derived state in a namespace: items of its spaces, its engine state, its watermarks."""
+        for space in spaces:
+            c.execute("DELETE FROM items WHERE ns=? AND space=?", (ns, space))
+        c.execute("DELETE FROM kv WHERE ns=? AND engine=?", (ns, owner))
+        where, params = self._owner_keys(owner)
+        c.execute(f"DELETE FROM watermarks WHERE ns=? AND {where}", (ns, *params))
+
     def delete_namespace(self, ns: int) -> int:
-        """Remove a namespace with its log, every derived row and its history."""
+        """Remove a namespace with its log, every derived row, its cached calls and its history."""
         with self.transaction() as c:
             count = c.execute("SELECT COUNT(*) FROM turns WHERE ns=?", (ns,)).fetchone()[0]
             for table in DERIVED_TABLES:
@@ -409,28 +544,34 @@ class SQLiteStore:
             c.execute("DELETE FROM namespaces WHERE id=?", (ns,))
             # The record of the deletion names no user: only that a namespace and how many turns went.
             self._log(c, None, "delete_namespace", {"turns": count})
-        self.drop_cached(ns)
         return count
 
     def clear_derived(self, ns: int) -> None:
         """Drop every derived row of a namespace (the log stays): the first half of a reindex."""
         with self.transaction() as c:
-            c.execute("DELETE FROM items WHERE ns=?", (ns,))
-            c.execute("DELETE FROM kv WHERE ns=?", (ns,))
-            c.execute("DELETE FROM watermarks WHERE ns=?", (ns,))
+            for table in ("items", "kv", "watermarks"):
+                c.execute(f"DELETE FROM {table} WHERE ns=?", (ns,))
             self._bump_epoch(c, ns)
             self._log(c, ns, "reindex", {})
-        self.drop_cached(ns)
 
     # ------------------------------------------------------------------ derived items
-    def put_items(
-        self, ns: int, space: str, rows: Sequence[tuple[str, str, dict[str, Any], Sequence[int], int]]
-    ) -> None:
-        """Insert (key, text, meta, source turn seqs, token count) items; an existing key is kept (idempotent),
-        and an item whose source turns are not all in the log (deleted meanwhile) is not created."""
+    def declare(self, spec: DerivedSpec) -> None:
+        """Record an owner's item spaces and delete policy (idempotent; the latest declaration wins)."""
+        known = self._query("SELECT space, on_delete FROM derived_specs WHERE owner=?", (spec.owner,))
+        if sorted(known) == sorted((s, spec.on_delete) for s in spec.spaces):
+            return
         with self.transaction() as c:
-            for key, text, meta, seqs, tokens in rows:
-                wanted = sorted(set(seqs))
+            c.execute("DELETE FROM derived_specs WHERE owner=?", (spec.owner,))
+            c.executemany("INSERT INTO derived_specs(owner, space, on_delete) VALUES(?,?,?)",
+                          [(spec.owner, s, spec.on_delete) for s in spec.spaces])  # fmt: skip
+
+    def put_items(self, ns: int, space: str, items: Sequence[NewItem]) -> None:
+        """Insert items; an existing key is kept (idempotent), and an item whose source or dependency turns are
+        not all in the log (deleted meanwhile) is not created."""
+        with self.transaction() as c:
+            for item in items:
+                cited = set(item.sources)
+                wanted = sorted(cited | set(item.depends))
                 if wanted:
                     marks = ",".join("?" * len(wanted))
                     alive = c.execute(
@@ -440,12 +581,12 @@ class SQLiteStore:
                         continue
                 cur = c.execute(
                     "INSERT OR IGNORE INTO items(ns, space, key, text, meta, tokens) VALUES(?,?,?,?,?,?)",
-                    (ns, space, key, text, json.dumps(meta, ensure_ascii=False), tokens),
+                    (ns, space, item.key, item.text, json.dumps(item.meta, ensure_ascii=False), item.tokens),
                 )
                 if cur.rowcount == 1:
                     c.executemany(
-                        "INSERT OR IGNORE INTO item_turns(item, ns, turn_seq) VALUES(?,?,?)",
-                        [(cur.lastrowid, ns, s) for s in seqs],
+                        "INSERT OR IGNORE INTO item_turns(item, ns, turn_seq, cited) VALUES(?,?,?,?)",
+                        [(cur.lastrowid, ns, s, int(s in cited)) for s in wanted],
                     )
 
     def item_ids(self, ns: int, space: str, keys: Sequence[str]) -> dict[str, int]:
@@ -465,7 +606,7 @@ class SQLiteStore:
         )
 
     def get_items(self, ns: int, ids: Sequence[int]) -> dict[int, Item]:
-        """Items by id with the ids of their source turns (provenance)."""
+        """Items by id with the ids of the turns they cite (provenance)."""
         out: dict[int, Item] = {}
         for chunk in _chunks(list(ids), 500):
             marks = ",".join("?" * len(chunk))
@@ -476,7 +617,7 @@ class SQLiteStore:
             for item_id, turn_id in self._query(
                 # CROSS JOIN and unary +: look up by item id, then turn seq, never scan the namespace.
                 f"SELECT it.item, t.turn_id FROM item_turns it CROSS JOIN turns t ON t.seq = it.turn_seq"
-                f" WHERE it.item IN ({marks}) AND +it.ns=? AND +t.ns=? ORDER BY t.seq",
+                f" WHERE it.item IN ({marks}) AND +it.ns=? AND +t.ns=? AND it.cited=1 ORDER BY t.seq",
                 (*chunk, ns, ns),
             ):
                 if item_id in out:
@@ -484,10 +625,10 @@ class SQLiteStore:
         return out
 
     def items_in_order(self, ns: int, space: str) -> list[tuple[int, int]]:
-        """(id, token count) of every item of a space, in log order of their first source turn."""
+        """(id, token count) of every item of a space, in log order of their first cited turn."""
         return self._query(
             "SELECT i.id, i.tokens FROM items i JOIN item_turns it ON it.item = i.id"
-            " WHERE i.ns=? AND i.space=? GROUP BY i.id ORDER BY MIN(it.turn_seq)",
+            " WHERE i.ns=? AND i.space=? AND it.cited=1 GROUP BY i.id ORDER BY MIN(it.turn_seq)",
             (ns, space),
         )
 
@@ -520,12 +661,22 @@ class SQLiteStore:
                         (ns, model, digest, blob),
                     )
 
-    def vectors_after(self, ns: int, space: str, model: str, after_id: int) -> list[tuple[int, int, bytes]]:
-        """(vector row id, item id, float32 bytes) newer than `after_id`: feeds the in-memory dense index."""
-        return self._query(
-            "SELECT id, item, vec FROM vectors WHERE ns=? AND space=? AND model=? AND id>? ORDER BY id",
-            (ns, space, model, after_id),
-        )
+    def vector_search(self, ns: int, space: str, model: str, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """Top-k (item id, cosine) among one namespace's vectors of one space and model (an in-process matrix,
+        grown with new rows and rebuilt when the namespace's epoch changes)."""
+        with self._lock:
+            key = (ns, space, model)
+            epoch = self.epoch(ns)
+            cached = self._vectors.get(key)
+            index, after = (cached[1], cached[2]) if cached is not None and cached[0] == epoch else (DenseIndex(), 0)
+            for row_id, item_id, blob in self._query(
+                "SELECT id, item, vec FROM vectors WHERE ns=? AND space=? AND model=? AND id>? ORDER BY id",
+                (ns, space, model, after),
+            ):
+                index.add(item_id, np.frombuffer(blob, dtype=np.float32))
+                after = row_id
+            self._vectors[key] = (epoch, index, after)
+            return index.search(vector, k)
 
     def cache_embeddings(self, ns: int, model: str, rows: Sequence[tuple[str, np.ndarray]]) -> None:
         """Remember (text hash, vector) rows of texts that are not items (e.g. vocabulary labels)."""
@@ -546,7 +697,7 @@ class SQLiteStore:
                 out[h] = np.frombuffer(blob, dtype=np.float32)
         return out
 
-    # ------------------------------------------------------------------ labels and key-value state
+    # ------------------------------------------------------------------ labels and engine state
     def put_labels(self, ns: int, rows: Sequence[tuple[int, str, str]]) -> None:
         """(item id, kind, label) rows, e.g. an event type or an entity type of a step."""
         with self.transaction() as c:
@@ -582,37 +733,32 @@ class SQLiteStore:
             (ns, ns, space),
         )
 
-    def items_with_label(self, ns: int, kind: str, label: str) -> list[int]:
-        return [
-            r[0] for r in self._query("SELECT item FROM labels WHERE ns=? AND kind=? AND label=?", (ns, kind, label))
-        ]
-
     def labels_of(self, ns: int, item: int) -> list[tuple[str, str]]:
         return self._query("SELECT kind, label FROM labels WHERE ns=? AND item=? ORDER BY kind, label", (ns, item))
 
-    def kv_set(self, ns: int, engine: str, key: str, value: Any) -> None:
+    def kv_set(self, ns: int, owner: str, key: str, value: Any) -> None:
         with self.transaction() as c:
             c.execute(
                 "INSERT INTO kv(ns, engine, key, value) VALUES(?,?,?,?)"
                 " ON CONFLICT(ns, engine, key) DO UPDATE SET value=excluded.value",
-                (ns, engine, key, json.dumps(value, ensure_ascii=False)),
+                (ns, owner, key, json.dumps(value, ensure_ascii=False)),
             )
 
-    def kv_get(self, ns: int, engine: str, key: str, default: Any = None) -> Any:
-        rows = self._query("SELECT value FROM kv WHERE ns=? AND engine=? AND key=?", (ns, engine, key))
+    def kv_get(self, ns: int, owner: str, key: str, default: Any = None) -> Any:
+        rows = self._query("SELECT value FROM kv WHERE ns=? AND engine=? AND key=?", (ns, owner, key))
         return json.loads(rows[0][0]) if rows else default
 
     # ------------------------------------------------------------------ engine progress and cache epochs
-    def watermark(self, ns: int, engine: str) -> int:
-        rows = self._query("SELECT upto FROM watermarks WHERE ns=? AND engine=?", (ns, engine))
+    def watermark(self, ns: int, key: str) -> int:
+        rows = self._query("SELECT upto FROM watermarks WHERE ns=? AND engine=?", (ns, key))
         return rows[0][0] if rows else 0
 
-    def set_watermark(self, ns: int, engine: str, upto: int) -> None:
+    def set_watermark(self, ns: int, key: str, upto: int) -> None:
         with self.transaction() as c:
             c.execute(
                 "INSERT INTO watermarks(ns, engine, upto) VALUES(?,?,?)"
                 " ON CONFLICT(ns, engine) DO UPDATE SET upto=MAX(upto, excluded.upto)",
-                (ns, engine, upto),
+                (ns, key, upto),
             )
 
     def epoch(self, ns: int) -> int:
@@ -625,10 +771,65 @@ class SQLiteStore:
             (ns,),
         )
 
-    def drop_cached(self, ns: int) -> None:
-        with self.lock:
-            for key in [k for k in self.cache if isinstance(k, tuple) and len(k) > 1 and k[1] == ns]:
-                del self.cache[key]
+    def derived_state(self, ns: int) -> dict[str, Any]:
+        """Every derived row of a namespace in a canonical, store-independent form (turn ids, not row ids):
+        two stores fed the same log compare equal."""
+        ids = dict(self._query("SELECT seq, turn_id FROM turns WHERE ns=?", (ns,)))
+        items: dict[int, dict[str, Any]] = {}
+        names: dict[int, str] = {}
+        for item_id, space, key, text, meta, tokens in self._query(
+            "SELECT id, space, key, text, meta, tokens FROM items WHERE ns=?", (ns,)
+        ):
+            names[item_id] = f"{space}/{key}"
+            items[item_id] = {"text": text, "meta": json.loads(meta), "tokens": tokens, "cites": [], "quotes": [],
+                              "labels": [], "vectors": {}}  # fmt: skip
+        for item_id, seq, cited in self._query(
+            "SELECT item, turn_seq, cited FROM item_turns WHERE ns=? ORDER BY turn_seq", (ns,)
+        ):
+            items[item_id]["cites" if cited else "quotes"].append(ids.get(seq, f"?{seq}"))
+        for item_id, kind, label in self._query("SELECT item, kind, label FROM labels WHERE ns=?", (ns,)):
+            items[item_id]["labels"].append([kind, label])
+        for item_id, model, digest, blob in self._query(
+            "SELECT item, model, text_hash, vec FROM vectors WHERE ns=?", (ns,)
+        ):
+            items[item_id]["vectors"][model] = [digest, hashlib.sha1(blob).hexdigest()]
+        for entry in items.values():
+            entry["labels"].sort()
+        state: dict[str, dict[str, Any]] = {}
+        for owner, key, value in self._query("SELECT engine, key, value FROM kv WHERE ns=?", (ns,)):
+            state.setdefault(owner, {})[key] = json.loads(value)
+        marks = {}
+        for key, upto in self._query("SELECT engine, upto FROM watermarks WHERE ns=?", (ns,)):
+            done = [s for s in ids if s <= upto]
+            marks[key] = ids[max(done)] if done else None
+        return {"items": {names[i]: items[i] for i in sorted(items, key=lambda i: names[i])}, "state": state,
+                "watermarks": marks}  # fmt: skip
+
+    # ------------------------------------------------------------------ the model-call cache
+    def cached_call(self, ns: int, key: str) -> str | None:
+        """The JSON response of a model call made for this namespace, if it is cached."""
+        rows = self._query("SELECT response FROM llm_calls WHERE ns=? AND key=?", (ns, key))
+        return rows[0][0] if rows else None
+
+    def cache_call(self, ns: int, call: CachedCall) -> None:
+        if self.read_only:
+            return  # a read-only store remembers nothing; the call was still made and counted
+        with self.transaction() as c:
+            c.execute(
+                "INSERT OR REPLACE INTO llm_calls(ns, key, backend, method, stage, request, response, prompt_tokens,"
+                " completion_tokens, seconds, at) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+                (ns, call.key, call.backend, call.method, call.stage, call.request, call.response,
+                 call.prompt_tokens, call.completion_tokens, call.seconds, time.time()),
+            )  # fmt: skip
+
+    def call_summary(self) -> list[dict[str, Any]]:
+        """Cached model calls of every namespace, grouped by backend, stage and method."""
+        rows = self._query(
+            "SELECT backend, stage, method, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(seconds)"
+            " FROM llm_calls GROUP BY backend, stage, method ORDER BY backend, stage, method"
+        )
+        keys = ("backend", "stage", "method", "calls", "prompt_tokens", "completion_tokens", "seconds")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
 
     # ------------------------------------------------------------------ history
     def _log(self, c: sqlite3.Connection, ns: int | None, op: str, detail: dict[str, Any]) -> None:

@@ -2,7 +2,8 @@
 mode), `stitch-strict` (the paper's strict density ranking) and the ablations `stitch-noscope`, `stitch-noevent`,
 `stitch-noentity`, `stitch-nocoref`."""
 
-from .engine import VARIANTS, StitchConfig, StitchEngine, canonical_summary, variant
+from .engine import VARIANTS, StitchEngine, canonical_summary, variant
+from .state import StitchConfig
 from .vocabulary import Vocabulary
 
 __all__ = ["VARIANTS", "StitchConfig", "StitchEngine", "Vocabulary", "canonical_summary", "variant"]

@@ -11,83 +11,24 @@ makes every label a constrained choice of the model client (see `labellers.py`).
 
 from __future__ import annotations
 
-import threading
+import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from ...index.fusion import reciprocal_rank_fusion
-from ...index.live import bm25_search, dense_search
+from ...store.base import DerivedSpec, NewItem
 from ...types import Hit, Turn
 from ..base import EngineContext
 from ..baselines import turn_document, turn_words
 from .analysis import StepAnalysis, analyze_steps, wanted_types
 from .labellers import MODEL_WINDOW, Labeller, ModelFreeLabeller, ModelLabeller, Step
 from .scope import OpenSegment, centroid
-from .vocabulary import Vocabulary
+from .state import STATE, IngestState, StitchConfig
 
-
-@dataclass(frozen=True)
-class StitchConfig:
-    """The paper's parameters (scope window 50, N_start 50, k_event 5, k_update 50, k_retrieve 40) and the
-    model-free mode's own, with the ablation switches."""
-
-    use_scope: bool = True
-    use_event: bool = True
-    use_entity: bool = True
-    use_coref: bool = True
-    model: bool = False  # label with the model client (constrained choices) instead of spaCy + embeddings
-    scope_window: int = 50  # steps of history the model sees when it decides the scope
-    n_start: int = 50  # steps whose event labels seed the vocabulary (zero-shot, no shortlist)
-    k_event: int = 5  # event labels shortlisted for the model to choose among (besides "new label")
-    k_update: int = 50  # steps between synonym merges of the vocabularies
-    k_retrieve: int = 40  # steps returned in strict ranking (soft ranking returns what search asks for)
-    # The paper's 4,096-token budget is the caller's: `search(budget_tokens=...)`, `cuemem bench --budget`.
-    segment_window: int = 3  # recent steps a new step is compared with (model-free scope)
-    segment_threshold: float = 0.2  # cosine below which the topic has shifted
-    segment_max: int = 10  # steps after which a segment closes anyway
-    link_threshold: float = 0.8  # centroid cosine at which a closed segment joins an earlier one's scope
-    link_weight: float = 0.5  # weight of the linked scope's relevance beside the segment's own
-    synonym_threshold: float = 0.85  # label-embedding cosine at which two labels merge
-    event_boost: float = 0.2  # label density weights (soft ranking)
-    entity_boost: float = 0.2
-    fusion_depth: int = 400  # how deep each similarity list is read before fusion
-    ranking: str = "soft"  # "soft": density boosts the fused similarity; "strict": density first, then similarity
-
-
-STATE = "state"  # kv key of the ingestion state (open segment, recent steps, counters)
-
-
-@dataclass
-class IngestState:
-    segments: int = 0  # segment ids handed out
-    steps: int = 0
-    since_merge: int = 0
-    version: int = 0  # bumped on every write: query-side caches rebuild
-    open: OpenSegment = field(default_factory=OpenSegment)
-    scope_of_open: int = -1
-    recent: list[dict[str, Any]] = field(default_factory=list)  # last few steps: antecedents for coreference
-    events: Vocabulary = field(default_factory=lambda: Vocabulary("event"))
-    entities: Vocabulary = field(default_factory=lambda: Vocabulary("entity"))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "segments": self.segments, "steps": self.steps, "since_merge": self.since_merge,
-            "version": self.version, "open": self.open.to_json(), "scope_of_open": self.scope_of_open,
-            "recent": self.recent, "events": self.events.to_json(), "entities": self.entities.to_json(),
-        }  # fmt: skip
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> IngestState:
-        if not data:
-            return cls()
-        return cls(
-            data["segments"], data["steps"], data["since_merge"], data["version"],
-            OpenSegment.from_json(data["open"]), data["scope_of_open"], data["recent"],
-            Vocabulary.from_json(data["events"], "event"), Vocabulary.from_json(data["entities"], "entity"),
-        )  # fmt: skip
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -110,11 +51,22 @@ class StitchEngine:
     def __init__(self, config: StitchConfig | None = None, name: str = "stitch") -> None:
         self.config = config or StitchConfig()
         self.name = name
-        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ names
     def space(self, kind: str) -> str:
         return f"{self.name}:{kind}"
+
+    @property
+    def derived(self) -> DerivedSpec:
+        """Online segmentation, scope links and vocabularies depend on every earlier step: a delete drops this
+        engine's derived state in the namespace and it is rebuilt from the log (no deleted word survives in a
+        vocabulary, a gist, a resolved reference or a segment)."""
+        return DerivedSpec(self.name, (self.space("step"), self.space("segment")), "rebuild")
+
+    def stats(self, ctx: EngineContext) -> dict[str, int]:
+        """Counters worth reporting: steps indexed and model-mode labels that fell back to model-free mode."""
+        state = self.state(ctx)
+        return {"steps": state.steps, "llm_fallbacks": state.fallbacks}
 
     def labeller(self, ctx: EngineContext) -> Labeller:
         return ModelLabeller(self.config, ctx) if self.config.model else ModelFreeLabeller(self.config, ctx)
@@ -124,7 +76,9 @@ class StitchEngine:
 
     # ------------------------------------------------------------------ ingest
     def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
-        """Label, resolve and store each new step; merge synonyms every k_update steps; all state in the store."""
+        """Label, resolve and store each new step; merge synonyms every k_update steps. All state is read and
+        written in one store transaction (Memory runs one indexer per namespace and engine), and the result
+        depends only on the log, not on how it was batched."""
         step_space = self.space("step")
         existing = ctx.store.item_ids(ctx.ns, step_space, [t.id for t in turns])
         turns = [t for t in turns if t.id not in existing and t.seq is not None]
@@ -134,57 +88,55 @@ class StitchEngine:
         analyses = analyze_steps([turn_words(t) for t in turns])  # not the date prefix: it would tag every step
         hashes, vectors = ctx.embed(docs)  # the raw turn's embedding: the same vector `dense` stores
         labeller = self.labeller(ctx)
-        with self._lock:
+        with ctx.store.transaction():
             state = self.state(ctx)
-            size = max(1, self.config.k_update)
-            for start in range(0, len(turns), size):
-                chunk = range(start, min(start + size, len(turns)))
-                steps = [Step(turns[i], docs[i], analyses[i], vectors[i], hashes[i]) for i in chunk]
-                try:
-                    with ctx.store.transaction():
-                        self._ingest_chunk(ctx, labeller, state, steps)
-                except BaseException:
-                    ctx.store.drop_cached(ctx.ns)  # in-memory indexes may hold rows that were rolled back
-                    raise
+            for i, turn in enumerate(turns):
+                self._ingest_step(ctx, labeller, state, Step(turn, docs[i], analyses[i], vectors[i], hashes[i]))
+                if state.since_merge >= self.config.k_update:
+                    self._merge_synonyms(ctx, state)
+                    state.since_merge = 0
+            fallbacks = getattr(labeller, "fallbacks", 0)
+            if fallbacks:
+                state.fallbacks += fallbacks
+                log.warning("%s: %d labels fell back to model-free mode in this batch (%d in all)", self.name,
+                            fallbacks, state.fallbacks)  # fmt: skip
+            ctx.store.kv_set(ctx.ns, self.name, STATE, state.to_json())
 
-    def _ingest_chunk(self, ctx: EngineContext, labeller: Labeller, state: IngestState, steps: list[Step]) -> None:
+    def _ingest_step(self, ctx: EngineContext, labeller: Labeller, state: IngestState, step: Step) -> None:
         store, ns, cfg = ctx.store, ctx.ns, self.config
         step_space = self.space("step")
-        for step in steps:
-            if labeller.shift(state, step):
-                self._close_segment(ctx, state)
-                state.open = OpenSegment(segment=state.segments, session=step.turn.session_id)
-                state.scope_of_open = state.segments
-                state.segments += 1
-            events = state.events.add_all(labeller.events(state, step)) if cfg.use_event else []
-            types = state.entities.add_all(labeller.entity_types(state, step)) if cfg.use_entity else []
-            antecedents = labeller.antecedents(state, step, events) if cfg.use_coref else []
-            summary = canonical_summary(step.doc, antecedents)
-            meta = {"segment": state.open.segment, "session_id": step.turn.session_id, "speaker": step.turn.speaker,
-                    "timestamp": step.turn.timestamp, "events": events, "entity_types": types,
-                    "resolved": antecedents}  # fmt: skip
-            store.put_items(ns, step_space, [(step.turn.id, summary, meta, [step.turn.seq], ctx.tokens.count(summary))])
-            item = store.item_ids(ns, step_space, [step.turn.id]).get(step.turn.id)
-            if item is None:  # its turn was deleted meanwhile
-                continue
-            store.put_vectors(ns, step_space, ctx.embedder.name, [(item, step.text_hash, step.vector)])
-            rows = [(item, "segment", f"g{state.open.segment}"), (item, "scope", f"s{state.scope_of_open}")]
-            rows += [(item, "event", e) for e in events] + [(item, "entity", t) for t in types]
-            store.put_labels(ns, rows)
-            state.open.members.append(item)
-            state.open.member_seqs.append(int(step.turn.seq))  # type: ignore[arg-type]  # filtered above
-            state.open.vectors.append([float(x) for x in step.vector])
-            state.open.gist = list(dict.fromkeys(state.open.gist + step.analysis.mentions[:3]))[-12:]
-            recent = {"segment": state.open.segment, "session": step.turn.session_id, "events": events,
-                      "mentions": step.analysis.mentions[:6], "text": step.doc[:300]}  # fmt: skip
-            state.recent = [*state.recent, recent][-max(cfg.segment_window, MODEL_WINDOW) :]
-            state.steps += 1
-            state.since_merge += 1
-        if state.since_merge >= cfg.k_update:
-            self._merge_synonyms(ctx, state)
-            state.since_merge = 0
-        state.version += 1
-        store.kv_set(ns, self.name, STATE, state.to_json())
+        if labeller.shift(state, step):
+            self._close_segment(ctx, state)
+            state.open = OpenSegment(segment=state.segments, session=step.turn.session_id)
+            state.scope_of_open = state.segments
+            state.segments += 1
+        events = state.events.add_all(labeller.events(state, step)) if cfg.use_event else []
+        types = state.entities.add_all(labeller.entity_types(state, step)) if cfg.use_entity else []
+        antecedents = labeller.antecedents(state, step, events) if cfg.use_coref else []
+        summary = canonical_summary(step.doc, antecedents)
+        # The turns a resolved reference quotes: the summary depends on them too (forgotten with them).
+        quoted = [r["turn"] for r in state.recent if set(r["mentions"]) & set(antecedents)]
+        depends = list(store.seqs_of(ns, quoted).values()) if quoted else []
+        meta = {"segment": state.open.segment, "session_id": step.turn.session_id, "speaker": step.turn.speaker,
+                "timestamp": step.turn.timestamp, "events": events, "entity_types": types,
+                "resolved": antecedents}  # fmt: skip
+        tokens = ctx.tokens.count(summary)
+        store.put_items(ns, step_space, [NewItem(step.turn.id, summary, meta, [step.turn.seq or 0], tokens, depends)])
+        item = store.item_ids(ns, step_space, [step.turn.id]).get(step.turn.id)
+        if item is None:  # its turn was deleted meanwhile
+            return
+        store.put_vectors(ns, step_space, ctx.embedder.name, [(item, step.text_hash, step.vector)])
+        rows = [(item, "segment", f"g{state.open.segment}"), (item, "scope", f"s{state.scope_of_open}")]
+        rows += [(item, "event", e) for e in events] + [(item, "entity", t) for t in types]
+        store.put_labels(ns, rows)
+        state.open.members.append(step.turn.id)
+        state.open.vectors.append([float(x) for x in step.vector])
+        state.open.gist = list(dict.fromkeys(state.open.gist + step.analysis.mentions[:3]))[-12:]
+        recent = {"turn": step.turn.id, "segment": state.open.segment, "session": step.turn.session_id,
+                  "events": events, "mentions": step.analysis.mentions[:6], "text": step.doc[:300]}  # fmt: skip
+        state.recent = [*state.recent, recent][-max(cfg.segment_window, MODEL_WINDOW) :]
+        state.steps += 1
+        state.since_merge += 1
 
     def _close_segment(self, ctx: EngineContext, state: IngestState) -> None:
         """Store the closing segment (its gist and centroid) and link it to an earlier segment of the same goal."""
@@ -195,16 +147,18 @@ class StitchEngine:
         space, model = self.space("segment"), f"{ctx.embedder.name}#centroid"
         vector = centroid(seg)
         scope = state.scope_of_open
+        members = list(store.item_ids(ns, self.space("step"), seg.members).values())
         if self.config.use_scope and self.config.link_threshold <= 1.0:
-            best = dense_search(store, ns, space, model, vector, 1)
+            best = ctx.nearest(space, model, vector, 1)
             if best and best[0][1] >= self.config.link_threshold:
                 linked = store.get_items(ns, [best[0][0]]).get(best[0][0])
                 if linked is not None:
                     scope = int(linked.meta["scope"])
-                    store.relabel(ns, "scope", {f"s{state.scope_of_open}": f"s{scope}"}, items=seg.members)
+                    store.relabel(ns, "scope", {f"s{state.scope_of_open}": f"s{scope}"}, items=members)
         gist = "; ".join(seg.gist) or f"segment {seg.segment}"
         key = f"g{seg.segment}"
-        store.put_items(ns, space, [(key, gist, {"scope": scope}, seg.member_seqs, ctx.tokens.count(gist))])
+        seqs = list(store.seqs_of(ns, seg.members).values())
+        store.put_items(ns, space, [NewItem(key, gist, {"scope": scope}, seqs, ctx.tokens.count(gist))])
         item = store.item_ids(ns, space, [key]).get(key)
         if item is not None:
             store.put_vectors(ns, space, model, [(item, f"centroid:{key}", vector)])
@@ -228,12 +182,12 @@ class StitchEngine:
     def step_table(self, ctx: EngineContext, state: IngestState) -> StepTable:
         """Labels of every step, cached per namespace until the next write or delete."""
         store, ns = ctx.store, ctx.ns
-        version = (store.epoch(ns), state.version)
-        key = ("stitch-table", ns, self.name)
-        with store.lock:
-            cached = store.cache.get(key)
-            if cached is not None and cached[0] == version:
-                return cached[1]
+        version = (store.epoch(ns), state.steps, state.segments)
+        name = f"{self.name}:steps"
+        with ctx.indexes.lock:
+            cached = ctx.indexes.view(ns, name, version)
+            if isinstance(cached, StepTable):
+                return cached
             labels: dict[int, dict[str, list[str]]] = {}
             for item, kind, label in store.labels_in_space(ns, self.space("step")):
                 labels.setdefault(item, {}).setdefault(kind, []).append(label)
@@ -248,7 +202,7 @@ class StitchEngine:
                 events=[frozenset(labels[i].get("event", [])) for i in ids],
                 entities=[frozenset(labels[i].get("entity", [])) for i in ids],
             )
-            store.cache[key] = (version, table)
+            ctx.indexes.keep_view(ns, name, version, table)
             return table
 
     def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
@@ -260,10 +214,8 @@ class StitchEngine:
             return []
         step_space = self.space("step")
         query_vector = np.asarray(ctx.embedder.embed([query])[0])
-        lexical = _dense_array(bm25_search(ctx.store, ctx.ns, step_space, query, n, ctx.settings.bm25_stopwords),
-                               table, fill=0.0)  # fmt: skip
-        semantic = _dense_array(dense_search(ctx.store, ctx.ns, step_space, ctx.embedder.name, query_vector, n),
-                                table, fill=-1.0)  # fmt: skip
+        lexical = _dense_array(ctx.bm25(step_space, query, n), table, fill=0.0)
+        semantic = _dense_array(ctx.nearest(step_space, ctx.embedder.name, query_vector, n), table, fill=-1.0)
         lists = [lexical, semantic]
         if cfg.use_scope:
             for scores in (lexical, semantic):

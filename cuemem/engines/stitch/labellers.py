@@ -12,7 +12,7 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -21,9 +21,7 @@ from ...types import Turn
 from ..base import EngineContext
 from .analysis import StepAnalysis
 from .scope import topic_shift
-
-if TYPE_CHECKING:
-    from .engine import IngestState, StitchConfig
+from .state import IngestState, StitchConfig
 
 log = logging.getLogger(__name__)
 

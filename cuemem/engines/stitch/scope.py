@@ -24,8 +24,7 @@ class OpenSegment:
 
     segment: int = -1
     session: str | None = None
-    members: list[int] = field(default_factory=list)  # step item ids
-    member_seqs: list[int] = field(default_factory=list)
+    members: list[str] = field(default_factory=list)  # the steps' turn ids (never row ids: see state.py)
     vectors: list[list[float]] = field(default_factory=list)  # the members' vectors (at most segment_max)
     gist: list[str] = field(default_factory=list)  # the members' salient mentions: a running gist
 

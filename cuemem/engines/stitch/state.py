@@ -1,0 +1,75 @@
+"""STITCH's parameters and its online ingestion state (design 1): what the engine and its labellers share.
+
+The state is derived state like any other: it lives in the store under the engine's name, refers to steps by
+their turn ids (never by store row ids, so two stores fed the same log hold the same state), and is dropped and
+rebuilt from the log when a turn is deleted (the engine declares `on_delete="rebuild"`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .scope import OpenSegment
+from .vocabulary import Vocabulary
+
+
+@dataclass(frozen=True)
+class StitchConfig:
+    """The paper's parameters (scope window 50, N_start 50, k_event 5, k_update 50, k_retrieve 40) and the
+    model-free mode's own, with the ablation switches."""
+
+    use_scope: bool = True
+    use_event: bool = True
+    use_entity: bool = True
+    use_coref: bool = True
+    model: bool = False  # label with the model client (constrained choices) instead of spaCy + embeddings
+    scope_window: int = 50  # steps of history the model sees when it decides the scope
+    n_start: int = 50  # steps whose event labels seed the vocabulary (zero-shot, no shortlist)
+    k_event: int = 5  # event labels shortlisted for the model to choose among (besides "new label")
+    k_update: int = 50  # steps between synonym merges of the vocabularies
+    k_retrieve: int = 40  # steps returned in strict ranking (soft ranking returns what search asks for)
+    # The paper's 4,096-token budget is the caller's: `search(budget_tokens=...)`, `cuemem bench --budget`.
+    segment_window: int = 3  # recent steps a new step is compared with (model-free scope)
+    segment_threshold: float = 0.2  # cosine below which the topic has shifted
+    segment_max: int = 10  # steps after which a segment closes anyway
+    link_threshold: float = 0.8  # centroid cosine at which a closed segment joins an earlier one's scope
+    link_weight: float = 0.5  # weight of the linked scope's relevance beside the segment's own
+    synonym_threshold: float = 0.85  # label-embedding cosine at which two labels merge
+    event_boost: float = 0.2  # label density weights (soft ranking)
+    entity_boost: float = 0.2
+    fusion_depth: int = 400  # how deep each similarity list is read before fusion
+    ranking: str = "soft"  # "soft": density boosts the fused similarity; "strict": density first, then similarity
+
+
+STATE = "state"  # kv key of the ingestion state (open segment, recent steps, counters)
+
+
+@dataclass
+class IngestState:
+    segments: int = 0  # segment ids handed out
+    steps: int = 0
+    since_merge: int = 0
+    fallbacks: int = 0  # model-mode labels that fell back to model-free mode because the model failed
+    open: OpenSegment = field(default_factory=OpenSegment)
+    scope_of_open: int = -1
+    recent: list[dict[str, Any]] = field(default_factory=list)  # last few steps: antecedents for coreference
+    events: Vocabulary = field(default_factory=lambda: Vocabulary("event"))
+    entities: Vocabulary = field(default_factory=lambda: Vocabulary("entity"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "segments": self.segments, "steps": self.steps, "since_merge": self.since_merge,
+            "fallbacks": self.fallbacks, "open": self.open.to_json(), "scope_of_open": self.scope_of_open,
+            "recent": self.recent, "events": self.events.to_json(), "entities": self.entities.to_json(),
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> IngestState:
+        if not data:
+            return cls()
+        return cls(
+            data["segments"], data["steps"], data["since_merge"], data.get("fallbacks", 0),
+            OpenSegment.from_json(data["open"]), data["scope_of_open"], data["recent"],
+            Vocabulary.from_json(data["events"], "event"), Vocabulary.from_json(data["entities"], "entity"),
+        )  # fmt: skip

@@ -1,0 +1,61 @@
+"""The embedded store's vector search: cosine over a namespace's unit vectors in a cached numpy matrix.
+
+Chosen over sqlite-vec by measurement (BENCHMARKS.md, "Why these backends"). Vectors are durable in the store;
+this matrix is a cache grown by appending rows and rebuilt when the namespace's epoch changes. A server-grade
+store answers `vector_search` natively instead (pgvector).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def top_k(scores: np.ndarray, k: int, keys: list[int], *, positive_only: bool = True) -> list[tuple[int, float]]:
+    """The k best (key, score) pairs, stable for ties (lower index first)."""
+    candidates = np.flatnonzero(scores > 0) if positive_only else np.arange(len(scores))
+    if len(candidates) == 0 or k <= 0:
+        return []
+    if len(candidates) > k:
+        part = np.argpartition(-scores[candidates], k - 1)[:k]
+        candidates = candidates[part]
+    order = sorted(candidates.tolist(), key=lambda i: (-float(scores[i]), i))
+    return [(keys[i], float(scores[i])) for i in order[:k]]
+
+
+class DenseIndex:
+    """Rows of float32 unit vectors keyed by item id; appends are buffered and stacked on the next search."""
+
+    def __init__(self, dim: int | None = None) -> None:
+        self.dim = dim
+        self.keys: list[int] = []
+        self._matrix = np.zeros((0, dim or 0), dtype=np.float32)
+        self._pending: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def add(self, key: int, vector: np.ndarray) -> None:
+        vec = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if self.dim is None:
+            self.dim = vec.shape[0]
+            self._matrix = np.zeros((0, self.dim), dtype=np.float32)
+        if vec.shape[0] != self.dim:
+            raise ValueError(f"vector of dimension {vec.shape[0]} added to an index of dimension {self.dim}")
+        self.keys.append(key)
+        self._pending.append(vec)
+
+    def matrix(self) -> np.ndarray:
+        if self._pending:
+            self._matrix = np.vstack([self._matrix, np.stack(self._pending)])
+            self._pending = []
+        return self._matrix
+
+    def search(self, query_vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """Top-k (key, cosine similarity), best first."""
+        matrix = self.matrix()
+        if len(self.keys) == 0 or k <= 0:
+            return []
+        query = np.asarray(query_vector, dtype=np.float32).reshape(-1)
+        if query.shape[0] != matrix.shape[1]:
+            raise ValueError(f"query of dimension {query.shape[0]} against vectors of dimension {matrix.shape[1]}")
+        return top_k(matrix @ query, k, self.keys, positive_only=False)
