@@ -680,6 +680,8 @@ class SQLiteStore:
 
     def cache_embeddings(self, ns: int, model: str, rows: Sequence[tuple[str, np.ndarray]]) -> None:
         """Remember (text hash, vector) rows of texts that are not items (e.g. vocabulary labels)."""
+        if self.read_only:
+            return  # a read-only store remembers nothing; the vectors were still computed
         with self.transaction() as c:
             c.executemany(
                 "INSERT OR IGNORE INTO embed_cache(ns, model, text_hash, vec) VALUES(?,?,?,?)",
