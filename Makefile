@@ -25,10 +25,12 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/ruff check cuemem tests benchmarks
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
 lint: setup
 	$(VENV)/bin/ruff check cuemem tests benchmarks
+	$(VENV)/bin/mypy
 
 bench-perf: setup
 	$(PY) benchmarks/perf.py --turns 5000 --sizes 10000,100000 --queries 200 --out bench-out/perf.json

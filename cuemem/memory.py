@@ -66,7 +66,7 @@ class Memory:
         **overrides: Any,
     ) -> None:
         instance = engine if engine is not None and not isinstance(engine, str) else None
-        name = instance.name if instance is not None else engine
+        name = instance.name if instance is not None else (engine if isinstance(engine, str) else None)
         self.settings = settings or Settings.load(db=path, engine=name, **overrides)
         if settings is not None:
             if path is not None:

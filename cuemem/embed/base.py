@@ -13,7 +13,9 @@ class Embedder(Protocol):
     """`name` tags stored vectors (so a model change never mixes spaces); `dim` is the vector size."""
 
     name: str
-    dim: int
+
+    @property
+    def dim(self) -> int: ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 
-def reciprocal_rank_fusion(rankings: Sequence[Sequence[Hashable]], k: int = 60) -> list[tuple[Hashable, float]]:
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[K]], k: int = 60) -> list[tuple[K, float]]:
     """Fuse ranked lists of keys (best first, ranks from 1); ties keep first-seen order."""
-    scores: dict[Hashable, float] = {}
+    scores: dict[K, float] = {}
     for ranking in rankings:
         for rank, key in enumerate(ranking, start=1):
             scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)

@@ -28,7 +28,8 @@ class TokenCounter:
     def __init__(self, tokenizer_file: Path | None = None) -> None:
         self.name = "regex-approx"
         self._tok = None
-        path = tokenizer_file or (minilm_dir() / "tokenizer.json" if minilm_dir() else None)
+        folder = minilm_dir()
+        path = tokenizer_file or (folder / "tokenizer.json" if folder is not None else None)
         if path is not None:
             from tokenizers import Tokenizer
 
