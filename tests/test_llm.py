@@ -4,9 +4,11 @@ local HTTP server that the test starts: JSON mode, retries after 5xx, timeouts, 
 from __future__ import annotations
 
 import json
+import sys
 import time
+import types
 from http.server import BaseHTTPRequestHandler
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import pytest
 from conftest import local_http_server, send_json
@@ -16,9 +18,12 @@ from cuemem.llm import (
     CallCache,
     ChatResult,
     Choice,
+    LlamaCppBackend,
     LLMClient,
+    LLMError,
     LLMOutputError,
     LLMUnavailableError,
+    LocalBackend,
     OpenAIBackend,
     Usage,
 )
@@ -224,18 +229,179 @@ def test_openai_guided_and_enum_choice(endpoint):
         enum.score(USER, ["x"])
 
 
-def test_backend_failures_always_surface_as_llm_errors(endpoint):
-    class Broken(FakeBackend):
-        def chat(self, messages, *, max_tokens, temperature):
-            raise ValueError("context window exceeded")
+class Raising(FakeBackend):
+    """Every method raises the given exception."""
 
-    with pytest.raises(LLMUnavailableError, match="ValueError: context window exceeded"):
-        LLMClient(Broken()).chat(USER)
-    with pytest.raises(LLMUnavailableError):
-        openai_client("http://127.0.0.1:80a/v1", retries=0).chat(USER)
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+    def chat(self, messages, *, max_tokens, temperature):
+        raise self.error
+
+    def json(self, messages, schema, *, max_tokens):
+        raise self.error
+
+    def choose(self, messages, options, k, beam):
+        raise self.error
+
+    def score(self, messages, continuations):
+        raise self.error
+
+
+def every_call(client: LLMClient) -> list:
+    return [
+        lambda: client.chat(USER),
+        lambda: client.json(USER, Trip),
+        lambda: client.choose(USER, ["a", "b"]),
+        lambda: client.score(USER, ["a"]),
+    ]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [TypeError("bad arg"), AttributeError("no attr"), KeyError("k"), IndexError("i"), AssertionError("a"),
+     NameError("n"), ValueError("v"), ZeroDivisionError("z")],
+    ids=lambda e: type(e).__name__,
+)  # fmt: skip
+def test_programming_errors_propagate_unchanged(error):
+    """A bug in our code (or a backend's) is not an outage: it is never disguised as an LLMError."""
+    client = LLMClient(Raising(error))
+    for call in every_call(client):
+        with pytest.raises(type(error)) as caught:
+            call()
+        assert caught.value is error and not isinstance(caught.value, LLMError)
+    assert client.stats() == {}  # a failed call is not counted
+
+
+@pytest.mark.parametrize(
+    "error", [ConnectionRefusedError("refused"), TimeoutError("slow"), OSError("disk")], ids=lambda e: type(e).__name__
+)
+def test_os_level_failures_surface_as_unavailable(error):
+    """The client's safety net: a backend that lets an OSError (connection, timeout ...) escape is unavailable."""
+    for call in every_call(LLMClient(Raising(error))):
+        with pytest.raises(LLMUnavailableError, match=type(error).__name__) as caught:
+            call()
+        assert caught.value.__cause__ is error
+
+
+def test_backend_failures_surface_as_llm_errors(endpoint):
+    with pytest.raises(LLMUnavailableError, match="ConnectError"):  # down: nothing listens on the port
+        openai_client("http://127.0.0.1:9/v1", retries=0).chat(USER)
+    with pytest.raises(LLMUnavailableError, match="failed after 2 tries"):  # a server that was there and went away
+        openai_client(gone_url(), retries=1).chat(USER)
+    start = time.perf_counter()
+    for bad in ("http://127.0.0.1:80a/v1", "ftp://127.0.0.1/v1", "localhost:8000/v1"):
+        with pytest.raises(LLMUnavailableError, match="not a usable URL"):
+            openai_client(bad, retries=5, backoff=1.0).chat(USER)
+    assert time.perf_counter() - start < 1.0  # a bad setting is not retried
     FakeChat.script = ['{"choice": ["Paris"]}'] * 3  # asked for 2, got 1
     with pytest.raises(LLMOutputError, match="1 distinct options where 2 were asked"):
         openai_client(endpoint).choose(USER, ["Paris", "London"], k=2)
+
+
+def gone_url() -> str:
+    """The URL of a server that has just been shut down (its port now refuses connections)."""
+    with local_http_server(FakeChat) as url:
+        pass
+    return url
+
+
+class RawReply(BaseHTTPRequestHandler):
+    """Answers every POST with the body in `payload` (status 200)."""
+
+    payload: ClassVar[bytes] = b""
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        send_json(self, 200, type(self).payload)
+
+
+GARBAGE = [
+    b"<html>gateway page</html>", b"[]", b'{"choices": []}', b'{"choices": [{"message": null}]}',
+    b'{"choices": [{"message": {"content": ["a", "b"]}}]}', b'{"choices": [{"message": {"content": 3}}]}',
+    b'{"choices": [{"message": {"content": "ok"}}], "usage": ["tokens"]}',
+    b'{"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": "many"}}', b"\xff\xfe",
+]  # fmt: skip
+
+
+def test_garbage_from_the_server_is_an_output_error():
+    with local_http_server(RawReply) as url:
+        client = openai_client(url)
+        for payload in GARBAGE:
+            RawReply.payload = payload
+            for call in every_call(client)[:3]:
+                with pytest.raises(LLMOutputError, match="unexpected body"):
+                    call()
+
+
+def test_garbage_model_output_is_an_output_error():
+    with pytest.raises(LLMOutputError, match="no valid Trip"):
+        LLMClient(FakeBackend(json_replies=["</s>", "null", "{}"])).json(USER, Trip)
+    with pytest.raises(LLMOutputError, match="not one of the options"):
+        LLMClient(FakeBackend(stray="\x00garbage")).choose(USER, ["a", "b"])
+
+
+def test_local_backend_that_cannot_load_is_unavailable(tmp_path):
+    pytest.importorskip("transformers")
+    (tmp_path / "config.json").write_text("{not json")
+    for model_dir in (tmp_path / "missing", tmp_path):
+        client = LLMClient(LocalBackend(model_dir))
+        for call in every_call(client):
+            with pytest.raises(LLMUnavailableError, match="cannot load the local model"):
+                call()
+
+
+def fake_llama_cpp(monkeypatch, *, load_error: Exception | None = None, reply: Any = None,
+                   run_error: Exception | None = None) -> None:  # fmt: skip
+    """A stand-in `llama_cpp` module, so the backend's failure handling is tested without the extra."""
+
+    class Llama:
+        def __init__(self, **kwargs):
+            if load_error is not None:
+                raise load_error
+
+        def create_chat_completion(self, **kwargs):
+            if run_error is not None:
+                raise run_error
+            return reply
+
+    class LlamaGrammar:
+        @staticmethod
+        def from_string(text, verbose=False):
+            return text
+
+    module = types.ModuleType("llama_cpp")
+    module.Llama, module.LlamaGrammar = Llama, LlamaGrammar  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "llama_cpp", module)
+
+
+def test_llamacpp_failures_are_llm_errors(monkeypatch, tmp_path):
+    model = str(tmp_path / "model.gguf")
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # not installed
+    with pytest.raises(LLMUnavailableError, match="not installed"):
+        LLMClient(LlamaCppBackend(model)).choose(USER, ["a", "b"])
+    fake_llama_cpp(monkeypatch, load_error=ValueError(f"Failed to load model from file: {model}"))
+    with pytest.raises(LLMUnavailableError, match="cannot load"):
+        LLMClient(LlamaCppBackend(model)).chat(USER)
+    fake_llama_cpp(monkeypatch, run_error=ValueError("Requested tokens (5000) exceed context window of 4096"))
+    with pytest.raises(LLMUnavailableError, match="exceed context window"):
+        LLMClient(LlamaCppBackend(model)).chat(USER)
+    fake_llama_cpp(monkeypatch, run_error=RuntimeError("llama_decode returned -3"))
+    with pytest.raises(LLMUnavailableError, match="llama_decode"):
+        LLMClient(LlamaCppBackend(model)).choose(USER, ["a", "b"])
+    for reply in ({"choices": []}, {"choices": [{"message": {"content": 3}}]}, None):
+        fake_llama_cpp(monkeypatch, reply=reply)
+        with pytest.raises(LLMOutputError, match="no chat completion"):
+            LLMClient(LlamaCppBackend(model)).chat(USER)
+    fake_llama_cpp(monkeypatch, reply={"choices": [{"message": {"content": "b"}}], "usage": {"prompt_tokens": 4}})
+    assert LLMClient(LlamaCppBackend(model)).choose(USER, ["a", "b"])[0].option == "b"
+    fake_llama_cpp(monkeypatch, run_error=TypeError("unexpected keyword argument 'top_k'"))
+    with pytest.raises(TypeError):  # a programming (or version) error is not an outage
+        LLMClient(LlamaCppBackend(model)).chat(USER)
 
 
 def test_invalid_json_is_never_cached(tmp_path):

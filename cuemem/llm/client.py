@@ -3,6 +3,10 @@
 Every call is keyed by backend, model, method, messages and parameters; a repeated call is answered from the
 cache (so reruns are deterministic and free) and still counted. Counters are kept per stage (ingest, query,
 judge ...): calls, cache hits, prompt and completion tokens, seconds.
+
+Errors: backends raise `LLMUnavailableError` / `LLMOutputError` for their own failure modes; the client adds only
+a safety net for OS-level failures (`OSError`, which covers `ConnectionError` and `TimeoutError`). Everything
+else (a `TypeError`, `KeyError`, `ValueError` ... from our own code) propagates unchanged: a bug is not an outage.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -120,7 +124,7 @@ class LLMClient:
                 s.completion_tokens += usage.completion_tokens
                 s.seconds += seconds
 
-    def _call(self, method: str, request: dict[str, Any], run: Any) -> Any:
+    def _call(self, method: str, request: dict[str, Any], run: Callable[[], tuple[Any, Usage]]) -> Any:
         """Answer from the cache, or run the backend and remember the result."""
         key = hashlib.sha256(
             json.dumps([self.backend.name, method, request], sort_keys=True, ensure_ascii=False).encode()
@@ -135,7 +139,7 @@ class LLMClient:
             response, usage = run()
         except LLMError:
             raise
-        except Exception as exc:  # a backend's own failure (a library error, a bad URL ...) is still an LLMError
+        except OSError as exc:  # safety net (ConnectionError, TimeoutError ...): backends raise LLMErrors themselves
             raise LLMUnavailableError(f"{self.backend.name} failed: {type(exc).__name__}: {exc}") from exc
         seconds = time.perf_counter() - start
         self._count(usage, seconds, cached=False)
