@@ -3,8 +3,12 @@ local HTTP server that the test starts: JSON mode, retries after 5xx, timeouts, 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import sqlite3
 import sys
+import threading
 import time
 import types
 from http.server import BaseHTTPRequestHandler
@@ -18,6 +22,7 @@ from cuemem.llm import (
     CallCache,
     ChatResult,
     Choice,
+    FileCallCache,
     LlamaCppBackend,
     LLMClient,
     LLMError,
@@ -77,7 +82,7 @@ def test_trie_gives_every_option_its_own_leaf():
 
 def test_cache_makes_reruns_free_and_counts_per_stage(tmp_path):
     backend = FakeBackend()
-    client = LLMClient(backend, CallCache(tmp_path / "calls.db"))
+    client = LLMClient(backend, FileCallCache(tmp_path / "calls.db"))
     with client.stage("ingest"):
         first = client.chat(USER)
     with client.stage("query"):
@@ -88,7 +93,7 @@ def test_cache_makes_reruns_free_and_counts_per_stage(tmp_path):
     assert stats["ingest"] == {"calls": 1, "cached": 0, "prompt_tokens": 3, "completion_tokens": 2,
                                "seconds": stats["ingest"]["seconds"]}  # fmt: skip
     assert stats["query"]["calls"] == 2 and stats["query"]["cached"] == 1 and stats["query"]["prompt_tokens"] == 4
-    fresh = LLMClient(FakeBackend(), CallCache(tmp_path / "calls.db"))  # another process, same cache file
+    fresh = LLMClient(FakeBackend(), FileCallCache(tmp_path / "calls.db"))  # another process, same cache file
     assert fresh.chat(USER) == first and fresh.backend.calls == 0
     assert {(r["stage"], r["method"]) for r in fresh.cache.summary()} == {("ingest", "chat"), ("query", "choose")}
 
@@ -404,12 +409,129 @@ def test_llamacpp_failures_are_llm_errors(monkeypatch, tmp_path):
         LLMClient(LlamaCppBackend(model)).chat(USER)
 
 
+# --------------------------------------------------------------------------- caches: the file, a store's, bound views
+class DictCache:
+    """A minimal CallCache (what a store's per-namespace cache provides), keeping only keys and responses."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, Any] = {}
+        self.stages: dict[str, str] = {}
+
+    def get(self, key: str) -> Any | None:
+        return self.rows.get(key)
+
+    def put(self, key, backend, method, stage, request, response, usage, seconds) -> None:
+        self.rows[key] = response
+        self.stages[key] = stage
+
+    def summary(self) -> list[dict]:
+        return []
+
+    def count(self) -> int:
+        return len(self.rows)
+
+
+def test_file_cache_is_a_call_cache_and_purges_to_the_last_byte(tmp_path):
+    path = tmp_path / "calls.db"
+    cache = FileCallCache(path)
+    assert isinstance(cache, CallCache) and isinstance(DictCache(), CallCache)
+    assert cache._conn.execute("PRAGMA secure_delete").fetchone()[0] == 1
+    assert (path.stat().st_mode & 0o777) == 0o600
+    client = LLMClient(FakeBackend(), cache)
+    secret = "the vault code is 7Q-PELICAN-42"
+    for i in range(50):
+        client.chat([{"role": "user", "content": f"{secret} #{i}"}])
+    assert cache.count() == 50 and cache.summary()[0]["calls"] == 50
+    other = sqlite3.connect(path)  # another process reading the same file
+    assert other.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 50
+    other.close()
+    assert cache.purge() == 50 and cache.count() == 0 and cache.summary() == []
+    wal = path.with_name(path.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    for file in path.parent.iterdir():
+        assert secret.encode() not in file.read_bytes(), file.name
+    client.chat(USER)  # still usable after a purge
+    assert cache.count() == 1
+    cache.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        cache.count()
+    with FileCallCache(path) as reopened:
+        assert reopened.count() == 1
+
+
+def test_bound_view_caches_elsewhere_and_shares_the_counters():
+    backend = FakeBackend()
+    own = DictCache()
+    client = LLMClient(backend, own)
+    alice, bob = DictCache(), DictCache()
+    a, b, uncached = client.bound(alice), client.bound(bob), client.bound(None)
+    assert a.backend is backend and a.cache is alice and client.cache is own
+    with a.stage("ingest"):
+        assert client.current_stage == "ingest" and b.current_stage == "ingest"  # one stage per thread
+        a.chat(USER)
+        a.chat(USER)  # from alice's cache
+    with client.stage("query"):
+        b.chat(USER)  # bob's cache is empty: the model runs
+        b.choose(USER, ["x", "y"])
+        uncached.chat(USER)
+        uncached.chat(USER)  # no cache: both run
+    assert backend.calls == 5 and own.count() == 0 and alice.count() == 1 and bob.count() == 2
+    assert list(alice.stages.values()) == ["ingest"] and set(bob.stages.values()) == {"query"}
+    stats = client.stats()
+    assert stats == a.stats() == uncached.stats()
+    assert stats["ingest"]["calls"] == 2 and stats["ingest"]["cached"] == 1
+    assert stats["query"]["calls"] == 4 and stats["query"]["cached"] == 0
+    client.chat(USER)  # unscoped calls keep using the client's own cache
+    assert own.count() == 1 and backend.calls == 6
+
+
+def test_bound_views_count_correctly_from_many_threads():
+    client = LLMClient(FakeBackend())
+
+    def work(i: int) -> None:
+        view = client.bound(DictCache())
+        with view.stage(f"t{i % 2}"):
+            for j in range(20):
+                view.chat([{"role": "user", "content": f"{i}-{j % 10}"}])  # 10 distinct, 10 repeated
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stats = client.stats()
+    assert stats["t0"]["calls"] == stats["t1"]["calls"] == 80 and stats["t0"]["cached"] == stats["t1"]["cached"] == 40
+    assert client.current_stage == "other"
+
+
+def test_salt_keys_the_cache_so_keys_cannot_be_recomputed_from_text():
+    request = {"messages": USER, "max_tokens": 128, "temperature": 0.0}
+    payload = json.dumps([FakeBackend.name, "chat", request], sort_keys=True, ensure_ascii=False).encode()
+    plain = LLMClient(FakeBackend())
+    assert plain.cache_key("chat", request) == hashlib.sha256(payload).hexdigest()  # unsalted: as before
+    salted = LLMClient(FakeBackend(), salt=b"store-secret")
+    key = salted.cache_key("chat", request)
+    assert key == hmac.new(b"store-secret", payload, hashlib.sha256).hexdigest() != plain.cache_key("chat", request)
+    assert salted.bound(None).salt == b"store-secret"  # a view keeps the client's salt unless given its own
+    other = salted.bound(DictCache(), salt=b"another-store")
+    assert other.cache_key("chat", request) not in (key, plain.cache_key("chat", request))
+
+    shared = DictCache()  # the same cache under two salts: neither finds the other's answers
+    backend = FakeBackend()
+    client = LLMClient(backend)
+    client.bound(shared, salt=b"one").chat(USER)
+    client.bound(shared, salt=b"two").chat(USER)
+    client.bound(shared, salt=b"one").chat(USER)
+    assert backend.calls == 2 and shared.count() == 2
+    assert hashlib.sha256(payload).hexdigest() not in shared.rows
+
+
 def test_invalid_json_is_never_cached(tmp_path):
     cache = tmp_path / "calls.db"
     with pytest.raises(LLMOutputError):
-        LLMClient(FakeBackend(json_replies=["{}", "{}", "{}"]), CallCache(cache)).json(USER, Trip)
+        LLMClient(FakeBackend(json_replies=["{}", "{}", "{}"]), FileCallCache(cache)).json(USER, Trip)
     good = '{"city": "Porto", "nights": 1, "booked": true, "kind": "hostel"}'
-    again = LLMClient(FakeBackend(json_replies=[good]), CallCache(cache))
+    again = LLMClient(FakeBackend(json_replies=[good]), FileCallCache(cache))
     assert again.json(USER, Trip).city == "Porto" and again.backend.calls == 1
 
 
