@@ -3,10 +3,16 @@ local HTTP server that the test starts: JSON mode, retries after 5xx, timeouts, 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import sqlite3
+import sys
+import threading
 import time
+import types
 from http.server import BaseHTTPRequestHandler
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import pytest
 from conftest import local_http_server, send_json
@@ -16,9 +22,13 @@ from cuemem.llm import (
     CallCache,
     ChatResult,
     Choice,
+    FileCallCache,
+    LlamaCppBackend,
     LLMClient,
+    LLMError,
     LLMOutputError,
     LLMUnavailableError,
+    LocalBackend,
     OpenAIBackend,
     Usage,
 )
@@ -72,7 +82,7 @@ def test_trie_gives_every_option_its_own_leaf():
 
 def test_cache_makes_reruns_free_and_counts_per_stage(tmp_path):
     backend = FakeBackend()
-    client = LLMClient(backend, CallCache(tmp_path / "calls.db"))
+    client = LLMClient(backend, FileCallCache(tmp_path / "calls.db"))
     with client.stage("ingest"):
         first = client.chat(USER)
     with client.stage("query"):
@@ -83,7 +93,7 @@ def test_cache_makes_reruns_free_and_counts_per_stage(tmp_path):
     assert stats["ingest"] == {"calls": 1, "cached": 0, "prompt_tokens": 3, "completion_tokens": 2,
                                "seconds": stats["ingest"]["seconds"]}  # fmt: skip
     assert stats["query"]["calls"] == 2 and stats["query"]["cached"] == 1 and stats["query"]["prompt_tokens"] == 4
-    fresh = LLMClient(FakeBackend(), CallCache(tmp_path / "calls.db"))  # another process, same cache file
+    fresh = LLMClient(FakeBackend(), FileCallCache(tmp_path / "calls.db"))  # another process, same cache file
     assert fresh.chat(USER) == first and fresh.backend.calls == 0
     assert {(r["stage"], r["method"]) for r in fresh.cache.summary()} == {("ingest", "chat"), ("query", "choose")}
 
@@ -224,26 +234,304 @@ def test_openai_guided_and_enum_choice(endpoint):
         enum.score(USER, ["x"])
 
 
-def test_backend_failures_always_surface_as_llm_errors(endpoint):
-    class Broken(FakeBackend):
-        def chat(self, messages, *, max_tokens, temperature):
-            raise ValueError("context window exceeded")
+class Raising(FakeBackend):
+    """Every method raises the given exception."""
 
-    with pytest.raises(LLMUnavailableError, match="ValueError: context window exceeded"):
-        LLMClient(Broken()).chat(USER)
-    with pytest.raises(LLMUnavailableError):
-        openai_client("http://127.0.0.1:80a/v1", retries=0).chat(USER)
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+    def chat(self, messages, *, max_tokens, temperature):
+        raise self.error
+
+    def json(self, messages, schema, *, max_tokens):
+        raise self.error
+
+    def choose(self, messages, options, k, beam):
+        raise self.error
+
+    def score(self, messages, continuations):
+        raise self.error
+
+
+def every_call(client: LLMClient) -> list:
+    return [
+        lambda: client.chat(USER),
+        lambda: client.json(USER, Trip),
+        lambda: client.choose(USER, ["a", "b"]),
+        lambda: client.score(USER, ["a"]),
+    ]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [TypeError("bad arg"), AttributeError("no attr"), KeyError("k"), IndexError("i"), AssertionError("a"),
+     NameError("n"), ValueError("v"), ZeroDivisionError("z")],
+    ids=lambda e: type(e).__name__,
+)  # fmt: skip
+def test_programming_errors_propagate_unchanged(error):
+    """A bug in our code (or a backend's) is not an outage: it is never disguised as an LLMError."""
+    client = LLMClient(Raising(error))
+    for call in every_call(client):
+        with pytest.raises(type(error)) as caught:
+            call()
+        assert caught.value is error and not isinstance(caught.value, LLMError)
+    assert client.stats() == {}  # a failed call is not counted
+
+
+@pytest.mark.parametrize(
+    "error", [ConnectionRefusedError("refused"), TimeoutError("slow"), OSError("disk")], ids=lambda e: type(e).__name__
+)
+def test_os_level_failures_surface_as_unavailable(error):
+    """The client's safety net: a backend that lets an OSError (connection, timeout ...) escape is unavailable."""
+    for call in every_call(LLMClient(Raising(error))):
+        with pytest.raises(LLMUnavailableError, match=type(error).__name__) as caught:
+            call()
+        assert caught.value.__cause__ is error
+
+
+def test_backend_failures_surface_as_llm_errors(endpoint):
+    with pytest.raises(LLMUnavailableError, match="ConnectError"):  # down: nothing listens on the port
+        openai_client("http://127.0.0.1:9/v1", retries=0).chat(USER)
+    with pytest.raises(LLMUnavailableError, match="failed after 2 tries"):  # a server that was there and went away
+        openai_client(gone_url(), retries=1).chat(USER)
+    start = time.perf_counter()
+    for bad in ("http://127.0.0.1:80a/v1", "ftp://127.0.0.1/v1", "localhost:8000/v1"):
+        with pytest.raises(LLMUnavailableError, match="not a usable URL"):
+            openai_client(bad, retries=5, backoff=1.0).chat(USER)
+    assert time.perf_counter() - start < 1.0  # a bad setting is not retried
     FakeChat.script = ['{"choice": ["Paris"]}'] * 3  # asked for 2, got 1
     with pytest.raises(LLMOutputError, match="1 distinct options where 2 were asked"):
         openai_client(endpoint).choose(USER, ["Paris", "London"], k=2)
 
 
+def gone_url() -> str:
+    """The URL of a server that has just been shut down (its port now refuses connections)."""
+    with local_http_server(FakeChat) as url:
+        pass
+    return url
+
+
+class RawReply(BaseHTTPRequestHandler):
+    """Answers every POST with the body in `payload` (status 200)."""
+
+    payload: ClassVar[bytes] = b""
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        send_json(self, 200, type(self).payload)
+
+
+GARBAGE = [
+    b"<html>gateway page</html>", b"[]", b'{"choices": []}', b'{"choices": [{"message": null}]}',
+    b'{"choices": [{"message": {"content": ["a", "b"]}}]}', b'{"choices": [{"message": {"content": 3}}]}',
+    b'{"choices": [{"message": {"content": "ok"}}], "usage": ["tokens"]}',
+    b'{"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": "many"}}', b"\xff\xfe",
+]  # fmt: skip
+
+
+def test_garbage_from_the_server_is_an_output_error():
+    with local_http_server(RawReply) as url:
+        client = openai_client(url)
+        for payload in GARBAGE:
+            RawReply.payload = payload
+            for call in every_call(client)[:3]:
+                with pytest.raises(LLMOutputError, match="unexpected body"):
+                    call()
+
+
+def test_garbage_model_output_is_an_output_error():
+    with pytest.raises(LLMOutputError, match="no valid Trip"):
+        LLMClient(FakeBackend(json_replies=["</s>", "null", "{}"])).json(USER, Trip)
+    with pytest.raises(LLMOutputError, match="not one of the options"):
+        LLMClient(FakeBackend(stray="\x00garbage")).choose(USER, ["a", "b"])
+
+
+def test_local_backend_that_cannot_load_is_unavailable(tmp_path):
+    pytest.importorskip("transformers")
+    (tmp_path / "config.json").write_text("{not json")
+    for model_dir in (tmp_path / "missing", tmp_path):
+        client = LLMClient(LocalBackend(model_dir))
+        for call in every_call(client):
+            with pytest.raises(LLMUnavailableError, match="cannot load the local model"):
+                call()
+
+
+def fake_llama_cpp(monkeypatch, *, load_error: Exception | None = None, reply: Any = None,
+                   run_error: Exception | None = None) -> None:  # fmt: skip
+    """A stand-in `llama_cpp` module, so the backend's failure handling is tested without the extra."""
+
+    class Llama:
+        def __init__(self, **kwargs):
+            if load_error is not None:
+                raise load_error
+
+        def create_chat_completion(self, **kwargs):
+            if run_error is not None:
+                raise run_error
+            return reply
+
+    class LlamaGrammar:
+        @staticmethod
+        def from_string(text, verbose=False):
+            return text
+
+    module = types.ModuleType("llama_cpp")
+    module.Llama, module.LlamaGrammar = Llama, LlamaGrammar  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "llama_cpp", module)
+
+
+def test_llamacpp_failures_are_llm_errors(monkeypatch, tmp_path):
+    model = str(tmp_path / "model.gguf")
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # not installed
+    with pytest.raises(LLMUnavailableError, match="not installed"):
+        LLMClient(LlamaCppBackend(model)).choose(USER, ["a", "b"])
+    fake_llama_cpp(monkeypatch, load_error=ValueError(f"Failed to load model from file: {model}"))
+    with pytest.raises(LLMUnavailableError, match="cannot load"):
+        LLMClient(LlamaCppBackend(model)).chat(USER)
+    fake_llama_cpp(monkeypatch, run_error=ValueError("Requested tokens (5000) exceed context window of 4096"))
+    with pytest.raises(LLMUnavailableError, match="exceed context window"):
+        LLMClient(LlamaCppBackend(model)).chat(USER)
+    fake_llama_cpp(monkeypatch, run_error=RuntimeError("llama_decode returned -3"))
+    with pytest.raises(LLMUnavailableError, match="llama_decode"):
+        LLMClient(LlamaCppBackend(model)).choose(USER, ["a", "b"])
+    for reply in ({"choices": []}, {"choices": [{"message": {"content": 3}}]}, None):
+        fake_llama_cpp(monkeypatch, reply=reply)
+        with pytest.raises(LLMOutputError, match="no chat completion"):
+            LLMClient(LlamaCppBackend(model)).chat(USER)
+    fake_llama_cpp(monkeypatch, reply={"choices": [{"message": {"content": "b"}}], "usage": {"prompt_tokens": 4}})
+    assert LLMClient(LlamaCppBackend(model)).choose(USER, ["a", "b"])[0].option == "b"
+    fake_llama_cpp(monkeypatch, run_error=TypeError("unexpected keyword argument 'top_k'"))
+    with pytest.raises(TypeError):  # a programming (or version) error is not an outage
+        LLMClient(LlamaCppBackend(model)).chat(USER)
+
+
+# --------------------------------------------------------------------------- caches: the file, a store's, bound views
+class DictCache:
+    """A minimal CallCache (what a store's per-namespace cache provides), keeping only keys and responses."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, Any] = {}
+        self.stages: dict[str, str] = {}
+
+    def get(self, key: str) -> Any | None:
+        return self.rows.get(key)
+
+    def put(self, key, backend, method, stage, request, response, usage, seconds) -> None:
+        self.rows[key] = response
+        self.stages[key] = stage
+
+    def summary(self) -> list[dict]:
+        return []
+
+    def count(self) -> int:
+        return len(self.rows)
+
+
+def test_file_cache_is_a_call_cache_and_purges_to_the_last_byte(tmp_path):
+    path = tmp_path / "calls.db"
+    cache = FileCallCache(path)
+    assert isinstance(cache, CallCache) and isinstance(DictCache(), CallCache)
+    assert cache._conn.execute("PRAGMA secure_delete").fetchone()[0] == 1
+    assert (path.stat().st_mode & 0o777) == 0o600
+    client = LLMClient(FakeBackend(), cache)
+    secret = "the vault code is 7Q-PELICAN-42"
+    for i in range(50):
+        client.chat([{"role": "user", "content": f"{secret} #{i}"}])
+    assert cache.count() == 50 and cache.summary()[0]["calls"] == 50
+    other = sqlite3.connect(path)  # another process reading the same file
+    assert other.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 50
+    other.close()
+    assert cache.purge() == 50 and cache.count() == 0 and cache.summary() == []
+    wal = path.with_name(path.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    for file in path.parent.iterdir():
+        assert secret.encode() not in file.read_bytes(), file.name
+    client.chat(USER)  # still usable after a purge
+    assert cache.count() == 1
+    cache.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        cache.count()
+    with FileCallCache(path) as reopened:
+        assert reopened.count() == 1
+
+
+def test_bound_view_caches_elsewhere_and_shares_the_counters():
+    backend = FakeBackend()
+    own = DictCache()
+    client = LLMClient(backend, own)
+    alice, bob = DictCache(), DictCache()
+    a, b, uncached = client.bound(alice), client.bound(bob), client.bound(None)
+    assert a.backend is backend and a.cache is alice and client.cache is own
+    with a.stage("ingest"):
+        assert client.current_stage == "ingest" and b.current_stage == "ingest"  # one stage per thread
+        a.chat(USER)
+        a.chat(USER)  # from alice's cache
+    with client.stage("query"):
+        b.chat(USER)  # bob's cache is empty: the model runs
+        b.choose(USER, ["x", "y"])
+        uncached.chat(USER)
+        uncached.chat(USER)  # no cache: both run
+    assert backend.calls == 5 and own.count() == 0 and alice.count() == 1 and bob.count() == 2
+    assert list(alice.stages.values()) == ["ingest"] and set(bob.stages.values()) == {"query"}
+    stats = client.stats()
+    assert stats == a.stats() == uncached.stats()
+    assert stats["ingest"]["calls"] == 2 and stats["ingest"]["cached"] == 1
+    assert stats["query"]["calls"] == 4 and stats["query"]["cached"] == 0
+    client.chat(USER)  # unscoped calls keep using the client's own cache
+    assert own.count() == 1 and backend.calls == 6
+
+
+def test_bound_views_count_correctly_from_many_threads():
+    client = LLMClient(FakeBackend())
+
+    def work(i: int) -> None:
+        view = client.bound(DictCache())
+        with view.stage(f"t{i % 2}"):
+            for j in range(20):
+                view.chat([{"role": "user", "content": f"{i}-{j % 10}"}])  # 10 distinct, 10 repeated
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stats = client.stats()
+    assert stats["t0"]["calls"] == stats["t1"]["calls"] == 80 and stats["t0"]["cached"] == stats["t1"]["cached"] == 40
+    assert client.current_stage == "other"
+
+
+def test_salt_keys_the_cache_so_keys_cannot_be_recomputed_from_text():
+    request = {"messages": USER, "max_tokens": 128, "temperature": 0.0}
+    payload = json.dumps([FakeBackend.name, "chat", request], sort_keys=True, ensure_ascii=False).encode()
+    plain = LLMClient(FakeBackend())
+    assert plain.cache_key("chat", request) == hashlib.sha256(payload).hexdigest()  # unsalted: as before
+    salted = LLMClient(FakeBackend(), salt=b"store-secret")
+    key = salted.cache_key("chat", request)
+    assert key == hmac.new(b"store-secret", payload, hashlib.sha256).hexdigest() != plain.cache_key("chat", request)
+    assert salted.bound(None).salt == b"store-secret"  # a view keeps the client's salt unless given its own
+    other = salted.bound(DictCache(), salt=b"another-store")
+    assert other.cache_key("chat", request) not in (key, plain.cache_key("chat", request))
+
+    shared = DictCache()  # the same cache under two salts: neither finds the other's answers
+    backend = FakeBackend()
+    client = LLMClient(backend)
+    client.bound(shared, salt=b"one").chat(USER)
+    client.bound(shared, salt=b"two").chat(USER)
+    client.bound(shared, salt=b"one").chat(USER)
+    assert backend.calls == 2 and shared.count() == 2
+    assert hashlib.sha256(payload).hexdigest() not in shared.rows
+
+
 def test_invalid_json_is_never_cached(tmp_path):
     cache = tmp_path / "calls.db"
     with pytest.raises(LLMOutputError):
-        LLMClient(FakeBackend(json_replies=["{}", "{}", "{}"]), CallCache(cache)).json(USER, Trip)
+        LLMClient(FakeBackend(json_replies=["{}", "{}", "{}"]), FileCallCache(cache)).json(USER, Trip)
     good = '{"city": "Porto", "nights": 1, "booked": true, "kind": "hostel"}'
-    again = LLMClient(FakeBackend(json_replies=[good]), CallCache(cache))
+    again = LLMClient(FakeBackend(json_replies=[good]), FileCallCache(cache))
     assert again.json(USER, Trip).city == "Porto" and again.backend.calls == 1
 
 

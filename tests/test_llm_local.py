@@ -204,3 +204,40 @@ def test_stitch_model_mode_labels_with_the_real_model(tmp_path, client):
         hits = memory.search("Where is the hotel?", user_id="u", k=3).hits
         assert hits and all(h.turn_ids for h in hits)
         assert memory.get("a2", user_id="u").text == "Is it close to the river?"
+
+
+class Exploding:
+    """A model whose every forward pass fails with the given exception."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def __call__(self, *args, **kwargs):
+        raise self.error
+
+    generate = __call__
+
+
+@pytest.mark.parametrize("error", [RuntimeError("not enough memory: you tried to allocate 9 GB"), TypeError("bug")])
+def test_torch_failures_while_running_are_unavailable_and_bugs_propagate(client, error):
+    from cuemem.llm import LLMError, LLMUnavailableError
+
+    class Booking(BaseModel):
+        hotel: str
+        night: int
+
+    backend = LocalBackend()
+    backend._tokenizer, backend.end_id = client.backend.tokenizer, client.backend.end_id  # loaded, no real model
+    backend._model = Exploding(error)
+    broken = LLMClient(backend)
+    ask = [{"role": "user", "content": "Which hotel?"}]
+    calls = [lambda: broken.chat(ask), lambda: broken.choose(ask, ["Apollo", "Casa Azul"]),
+             lambda: broken.score(ask, ["Apollo"]), lambda: broken.json(ask, Booking)]  # fmt: skip
+    for call in calls:
+        if isinstance(error, RuntimeError):
+            with pytest.raises(LLMUnavailableError, match=r"the local model failed while .*not enough memory"):
+                call()
+        else:
+            with pytest.raises(TypeError) as caught:
+                call()
+            assert not isinstance(caught.value, LLMError)

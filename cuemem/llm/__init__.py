@@ -9,7 +9,7 @@ import platformdirs
 from ..config import Settings
 from ..errors import CuememError
 from .base import Backend, ChatResult, Choice, LLMError, LLMOutputError, LLMUnavailableError, Usage
-from .client import CallCache, LLMClient
+from .client import CallCache, FileCallCache, LLMClient
 from .llamacpp import LlamaCppBackend
 from .local import LocalBackend
 from .openai import OpenAIBackend
@@ -19,6 +19,7 @@ __all__ = [
     "CallCache",
     "ChatResult",
     "Choice",
+    "FileCallCache",
     "LLMClient",
     "LLMError",
     "LLMOutputError",
@@ -32,6 +33,7 @@ __all__ = [
 
 
 def default_cache_path() -> Path:
+    """The file cache of unscoped model calls (`cuemem llm chat`, the benchmark judge)."""
     return Path(platformdirs.user_cache_dir("cuemem")) / "llm-calls.db"
 
 
@@ -53,5 +55,5 @@ def make_client(settings: Settings) -> LLMClient:
         )
     else:
         raise CuememError(f"unknown llm {settings.llm!r}: choose local, llamacpp or openai")
-    cache = None if settings.llm_cache == "off" else CallCache(settings.llm_cache or default_cache_path())
+    cache = None if settings.llm_cache == "off" else FileCallCache(settings.llm_cache or default_cache_path())
     return LLMClient(backend, cache)

@@ -1,28 +1,41 @@
-"""One client for every model call (DESIGN.md promise 4): validation, a SQLite cache, per-stage accounting.
+"""One client for every model call (DESIGN.md promise 4): validation, a call cache, per-stage accounting.
 
-Every call is keyed by backend, model, method, messages and parameters; a repeated call is answered from the
-cache (so reruns are deterministic and free) and still counted. Counters are kept per stage (ingest, query,
-judge ...): calls, cache hits, prompt and completion tokens, seconds.
+Every call is keyed by backend, model, method, messages and parameters (and, where one is given, a secret salt);
+a repeated call is answered from the cache (so reruns are deterministic and free) and still counted. Counters are
+kept per stage (ingest, query, judge ...): calls, cache hits, prompt and completion tokens, seconds.
+
+The cache is anything with the `CallCache` methods: `FileCallCache` (one SQLite file, for calls made on no one's
+behalf: `cuemem llm chat`, the benchmark judge), or a store's per-namespace cache, used through a bound view of
+the client (`LLMClient.bound`) so that forgetting a namespace's turns can reach the calls made for them.
+
+Errors: backends raise `LLMUnavailableError` / `LLMOutputError` for their own failure modes; the client adds only
+a safety net for OS-level failures (`OSError`, which covers `ConnectionError` and `TimeoutError`). Everything
+else (a `TypeError`, `KeyError`, `ValueError` ... from our own code) propagates unchanged: a bug is not an outage.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import hmac
 import json
+import logging
+import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
 from .base import Backend, ChatResult, Choice, LLMError, LLMOutputError, LLMUnavailableError, Messages, Usage
 
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -34,15 +47,46 @@ class StageStats:
     seconds: float = 0.0
 
 
-class CallCache:
-    """SQLite table of answered calls; also the log of every distinct model call made."""
+@runtime_checkable
+class CallCache(Protocol):
+    """Where a client remembers answered calls; `request` and `response` are JSON-able objects."""
+
+    def get(self, key: str) -> Any | None:
+        """The response stored under `key`, or None."""
+        ...
+
+    def put(self, key: str, backend: str, method: str, stage: str, request: Any, response: Any, usage: Usage,
+            seconds: float) -> None:  # fmt: skip
+        """Remember a call the backend answered (replacing any earlier answer under `key`)."""
+        ...
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Calls made, grouped by backend, stage and method: rows with the keys backend, stage, method, calls,
+        prompt_tokens, completion_tokens, seconds."""
+        ...
+
+    def count(self) -> int:
+        """How many calls are remembered."""
+        ...
+
+
+class FileCallCache:
+    """A SQLite file of answered calls; also the log of every distinct model call made.
+
+    Deleted rows are overwritten (`secure_delete`), and `purge` empties the file and its write-ahead log, so a
+    purged prompt leaves no bytes behind. A new file is created readable by its owner only.
+    """
 
     def __init__(self, path: str | Path) -> None:
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+            if not Path(path).exists():
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # SQLite gives -wal/-shm the same mode
+        self.path = str(path)
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
         self._lock = threading.Lock()
         with self._lock:
+            self._conn.execute("PRAGMA secure_delete=ON")
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(
                 "CREATE TABLE IF NOT EXISTS calls(key TEXT PRIMARY KEY, backend TEXT, method TEXT, stage TEXT,"
@@ -50,7 +94,7 @@ class CallCache:
                 " at REAL)"
             )
 
-    def get(self, key: str) -> Any:
+    def get(self, key: str) -> Any | None:
         with self._lock:
             row = self._conn.execute("SELECT response FROM calls WHERE key=?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
@@ -79,17 +123,63 @@ class CallCache:
         keys = ("backend", "stage", "method", "calls", "prompt_tokens", "completion_tokens", "seconds")
         return [dict(zip(keys, row, strict=True)) for row in rows]
 
+    def purge(self) -> int:
+        """Delete every remembered call and truncate the write-ahead log; returns how many were deleted.
+
+        A checkpoint blocked by another connection's open read is waited for (the busy timeout, 30 s); if it is
+        still blocked, the log is left for the next checkpoint and a warning is logged."""
+        with self._lock:
+            deleted = self._conn.execute("DELETE FROM calls").rowcount
+            busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            log.warning("call cache %s: purged, but a reader kept the write-ahead log from being truncated", self.path)
+        return deleted
+
+    def close(self) -> None:
+        """Close the connection (the file stays)."""
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> FileCallCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 class LLMClient:
-    """Wraps a backend: validates inputs and outputs, caches, retries structured output, counts per stage."""
+    """Wraps a backend: validates inputs and outputs, caches, retries structured output, counts per stage.
 
-    def __init__(self, backend: Backend, cache: CallCache | None = None, *, json_retries: int = 2) -> None:
+    `salt`, where given, keys the cache with HMAC-SHA256 instead of a plain SHA-256 of the request, so a key
+    cannot be recomputed from guessed text without it (an empty salt keeps the plain hash of earlier versions)."""
+
+    def __init__(
+        self, backend: Backend, cache: CallCache | None = None, *, json_retries: int = 2, salt: bytes = b""
+    ) -> None:
         self.backend = backend
         self.cache = cache
         self.json_retries = json_retries
+        self.salt = bytes(salt)
         self._stats: dict[str, StageStats] = {}
         self._local = threading.local()
         self._lock = threading.Lock()
+
+    def bound(self, cache: CallCache | None, *, salt: bytes | None = None) -> LLMClient:
+        """A view of this client whose calls are cached in `cache` (None: not cached) and keyed with `salt`
+        (None: this client's salt). It shares the backend, the per-stage counters, the current stage (per
+        thread) and the lock, so `client.bound(c).stage("query")` and `client.stats()` see the same numbers."""
+        view = copy.copy(self)  # shallow: the backend, _stats, _local and _lock are the same objects
+        view.cache = cache
+        if salt is not None:
+            view.salt = bytes(salt)
+        return view
+
+    def cache_key(self, method: str, request: dict[str, Any]) -> str:
+        """The key under which the call `method(request)` is cached by this client (or view)."""
+        payload = json.dumps([self.backend.name, method, request], sort_keys=True, ensure_ascii=False).encode()
+        if self.salt:
+            return hmac.new(self.salt, payload, hashlib.sha256).hexdigest()
+        return hashlib.sha256(payload).hexdigest()
 
     # ------------------------------------------------------------------ accounting
     @contextmanager
@@ -120,13 +210,12 @@ class LLMClient:
                 s.completion_tokens += usage.completion_tokens
                 s.seconds += seconds
 
-    def _call(self, method: str, request: dict[str, Any], run: Any) -> Any:
+    def _call(self, method: str, request: dict[str, Any], run: Callable[[], tuple[Any, Usage]]) -> Any:
         """Answer from the cache, or run the backend and remember the result."""
-        key = hashlib.sha256(
-            json.dumps([self.backend.name, method, request], sort_keys=True, ensure_ascii=False).encode()
-        ).hexdigest()
-        if self.cache is not None:
-            hit = self.cache.get(key)
+        cache = self.cache
+        key = self.cache_key(method, request) if cache is not None else ""
+        if cache is not None:
+            hit = cache.get(key)
             if hit is not None:
                 self._count(Usage(), 0.0, cached=True)
                 return hit
@@ -135,12 +224,12 @@ class LLMClient:
             response, usage = run()
         except LLMError:
             raise
-        except Exception as exc:  # a backend's own failure (a library error, a bad URL ...) is still an LLMError
+        except OSError as exc:  # safety net (ConnectionError, TimeoutError ...): backends raise LLMErrors themselves
             raise LLMUnavailableError(f"{self.backend.name} failed: {type(exc).__name__}: {exc}") from exc
         seconds = time.perf_counter() - start
         self._count(usage, seconds, cached=False)
-        if self.cache is not None:
-            self.cache.put(key, self.backend.name, method, self.current_stage, request, response, usage, seconds)
+        if cache is not None:
+            cache.put(key, self.backend.name, method, self.current_stage, request, response, usage, seconds)
         return response
 
     # ------------------------------------------------------------------ the four calls

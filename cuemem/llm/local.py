@@ -3,6 +3,10 @@
 The package ships a Q4_1 GGUF file; transformers de-quantises it (~20 s), so the first load converts it once to a
 safetensors folder in the user cache directory and later loads take ~3 s. Every constrained call decodes under a
 token trie or a token mask, so its output is always well formed (DESIGN.md promise 5).
+
+Failures: LLMUnavailableError when torch/transformers are missing, the model is not installed or fails to load
+(missing or corrupt files), or torch fails while running it (a RuntimeError: out of memory, a failing kernel);
+LLMOutputError for a JSON schema this backend cannot fill. Anything else is a bug and propagates unchanged.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import re
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +71,7 @@ def converted_model_dir() -> Path:
     log.warning("converting %s to safetensors in %s (once, ~20 s)", source.name, target)
     tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
     model = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.float32)
-    model.hf_quantizer = None  # the weights are de-quantised already; this marker only blocks saving
+    model.hf_quantizer = None  # type: ignore[assignment]  # the weights are de-quantised already; this marker only blocks saving
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -108,6 +114,8 @@ class LocalBackend:
                 from transformers.utils import logging as hf_logging
             except ImportError as exc:
                 raise LLMUnavailableError("torch and transformers are needed: pip install 'cuemem[local]'") from exc
+            from safetensors import SafetensorError
+
             hf_logging.disable_progress_bar()
             try:
                 path = self._model_dir or converted_model_dir()
@@ -115,7 +123,9 @@ class LocalBackend:
                 self._model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
             except LLMUnavailableError:
                 raise
-            except (OSError, ValueError, ImportError, RuntimeError) as exc:
+            except (OSError, ValueError, ImportError, RuntimeError, SafetensorError) as exc:
+                # missing or corrupt files, an unreadable config, a failed GGUF conversion (gguf not installed ...)
+                self._tokenizer = self._model = None
                 raise LLMUnavailableError(f"cannot load the local model: {type(exc).__name__}: {exc}") from exc
             self.end_id = self._tokenizer.convert_tokens_to_ids("<|im_end|>")
 
@@ -123,6 +133,24 @@ class LocalBackend:
     def tokenizer(self) -> Any:
         self.load()
         return self._tokenizer
+
+    def _torch(self) -> Any:
+        """The torch module, once the model is loaded (LLMUnavailableError where it cannot be)."""
+        self.load()
+        import torch
+
+        return torch
+
+    @contextmanager
+    def _running(self, what: str) -> Iterator[None]:
+        """Hold the model (lock, inference mode); torch's runtime failures while `what` (out of memory, a failing
+        kernel) become LLMUnavailableError. Other exceptions (a TypeError, an IndexError ...) are bugs and pass."""
+        torch = self._torch()
+        with self._lock, torch.inference_mode():
+            try:
+                yield
+            except RuntimeError as exc:
+                raise LLMUnavailableError(f"the local model failed while {what}: {type(exc).__name__}: {exc}") from exc
 
     def prompt_ids(self, messages: Messages, prefix: str = "") -> list[int]:
         """Token ids of the chat-formatted conversation, opened for the assistant (plus a forced prefix)."""
@@ -135,12 +163,13 @@ class LocalBackend:
 
     # ------------------------------------------------------------------ chat
     def chat(self, messages: Messages, *, max_tokens: int = 128, temperature: float = 0.0) -> ChatResult:
-        import torch
-
+        torch = self._torch()
         ids = self.prompt_ids(messages)
-        with self._lock, torch.inference_mode():
+        with self._running("generating"):
             tensor = torch.tensor([ids])
-            sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+            sampling: dict[str, Any] = (
+                {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+            )
             # Greedy decoding of a 135M model loops ("Theo: Theo: ..."): no 3-gram may repeat (see DECODING).
             sampling |= {"no_repeat_ngram_size": 3}
             out = self._model.generate(
@@ -163,13 +192,12 @@ class LocalBackend:
         so they compare across options of different lengths the way the model ranks them. The search stops
         when no open beam can beat the k-th finished option (log-probabilities only fall).
         """
-        import torch
-
+        torch = self._torch()
         prompt = self.prompt_ids(messages)
         trie = TokenTrie([self.encode(o) for o in options], self.end_id)
         width = max(k, beam)
         finished: list[tuple[float, int]] = []
-        with self._lock, torch.inference_mode():
+        with self._running("choosing"):
             out = self._model(torch.tensor([prompt]), use_cache=True)
             cache = out.past_key_values
             logprobs = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
@@ -183,7 +211,7 @@ class LocalBackend:
                     values = rows[row, tokens].tolist()
                     candidates += [(score + v, row, t, node.children[t]) for t, v in zip(tokens, values, strict=True)]
                 candidates.sort(key=lambda c: -c[0])
-                open_next = []
+                open_next: list[tuple[float, int, int, Node]] = []
                 for cand in candidates:
                     if cand[3].option is not None:
                         finished.append((cand[0], cand[3].option))
@@ -207,12 +235,11 @@ class LocalBackend:
 
     def score(self, messages: Messages, continuations: list[str]) -> tuple[list[float], Usage]:
         """Log-likelihood of each continuation as the assistant's reply (sum over its tokens)."""
-        import torch
-
+        torch = self._torch()
         prompt = self.prompt_ids(messages)
         encoded = [self.encode(c) for c in continuations]
         scores: list[float] = []
-        with self._lock, torch.inference_mode():
+        with self._running("scoring"):
             for start in range(0, len(encoded), 32):
                 chunk = encoded[start : start + 32]
                 width = max(len(e) for e in chunk)
@@ -234,9 +261,9 @@ class LocalBackend:
             raise LLMOutputError("the local backend builds flat JSON objects: give a schema with properties")
         definitions = schema.get("$defs", {})
         for name, spec in properties.items():
-            kind = _resolve(spec, definitions)
-            typed = "type" in kind or "enum" in kind or "const" in kind
-            if kind.get("type") in ("object", "array") or not typed:
+            resolved = _resolve(spec, definitions)
+            typed = "type" in resolved or "enum" in resolved or "const" in resolved
+            if resolved.get("type") in ("object", "array") or not typed:
                 raise LLMOutputError(
                     f"field {name!r}: the local backend fills strings, numbers, booleans and enums only;"
                     " use an OpenAI-compatible backend for nested schemas"
@@ -275,11 +302,10 @@ class LocalBackend:
         return chosen, usage
 
     def _choose_continuation(self, messages: Messages, options: list[str]) -> tuple[str, Usage]:
+        torch = self._torch()
         ids = self._continuation_ids(messages)
         scores = []
-        import torch
-
-        with self._lock, torch.inference_mode():
+        with self._running("choosing a JSON value"):
             for option in options:
                 tokens = self.encode(option)
                 batch = torch.tensor([[*ids, *tokens]])
@@ -295,8 +321,7 @@ class LocalBackend:
 
     def _mask(self, kind: str) -> Any:
         """Vocabulary masks: which tokens may appear in a number, or inside a JSON string."""
-        import torch
-
+        torch = self._torch()
         if kind not in self._masks:
             vocab = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
             allowed = torch.zeros(len(vocab), dtype=torch.bool)
@@ -313,12 +338,11 @@ class LocalBackend:
 
     def _generate_masked(self, messages: Messages, prefix: str, kind: str, max_tokens: int) -> tuple[str, Usage]:
         """Greedy decoding restricted to a token mask; stops at the first token outside it."""
-        import torch
-
+        torch = self._torch()
         ids = self._continuation_ids([*messages, {"role": "assistant", "content": prefix}])
         mask = self._mask(kind)
         out: list[int] = []
-        with self._lock, torch.inference_mode():
+        with self._running("generating a JSON value"):
             result = self._model(torch.tensor([ids]), use_cache=True)
             cache = result.past_key_values
             logits = result.logits[0, -1].float()

@@ -3,6 +3,10 @@
 Structured output uses a JSON-schema response format; `choose` uses vLLM's guided choice where asked, otherwise
 an enum schema, and every answer is checked against the option set. Transient failures (connection errors,
 timeouts, 408/429/5xx) are retried with exponential backoff; at most `concurrency` requests are in flight.
+
+Failures: LLMUnavailableError when the endpoint cannot be used (connection error, timeout, HTTP error status after
+the retries, an unusable URL); LLMOutputError when it answers with something that is not what was asked (a body
+that is not a chat completion, a choice that is not JSON or not a list of strings).
 """
 
 from __future__ import annotations
@@ -46,33 +50,43 @@ class OpenAIBackend:
         self._client = httpx.Client(timeout=timeout, headers=headers, transport=transport)
 
     def _post(self, body: dict[str, Any]) -> tuple[str, Usage]:
+        """One completion: its text and usage. Raises LLMUnavailableError when the endpoint cannot be used (down,
+        timed out, refused, a bad URL) and LLMOutputError when it answers with a body that is not a completion."""
         last = ""
         for attempt in range(self.retries + 1):
             try:
                 with self._slots:
                     response = self._client.post(self.url, json={"model": self.model, **body})
+            except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:  # no retry can fix the setting
+                raise LLMUnavailableError(f"{self.url} is not a usable URL: {type(exc).__name__}: {exc}") from exc
             except httpx.TimeoutException as exc:
                 last = f"timed out ({exc})"
-            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__}: {exc}"
             else:
                 if response.status_code == 200:
-                    try:
-                        data = response.json()
-                        text = data["choices"][0]["message"]["content"] or ""
-                    except (ValueError, KeyError, IndexError, TypeError) as exc:
-                        raise LLMOutputError(
-                            f"{self.url} answered with an unexpected body: {response.text[:200]!r}"
-                        ) from exc
-                    usage = data.get("usage") or {}
-                    prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
-                    return text, Usage(int(prompt), int(completion))
+                    return self._parse(response)
                 last = f"HTTP {response.status_code}: {response.text[:200]}"
                 if response.status_code not in (408, 429) and response.status_code < 500:
                     raise LLMUnavailableError(f"{self.url} refused the request: {last}")
             if attempt < self.retries:
                 time.sleep(min(self.backoff * 2**attempt, 8.0))
         raise LLMUnavailableError(f"{self.url} failed after {self.retries + 1} tries: {last}")
+
+    def _parse(self, response: httpx.Response) -> tuple[str, Usage]:
+        """Text and usage of a chat-completion body; anything else is the server's fault (LLMOutputError)."""
+        try:
+            data = response.json()
+            text = data["choices"][0]["message"]["content"] or ""
+            if not isinstance(text, str):
+                raise TypeError(f"content is a {type(text).__name__}")
+            usage = data.get("usage") or {}
+            prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:  # a foreign body, not our bug
+            raise LLMOutputError(
+                f"{self.url} answered with an unexpected body ({type(exc).__name__}: {exc}): {response.text[:200]!r}"
+            ) from exc
+        return text, Usage(prompt, completion)
 
     def chat(self, messages: Messages, *, max_tokens: int = 128, temperature: float = 0.0) -> ChatResult:
         text, usage = self._post({"messages": messages, "max_tokens": max_tokens, "temperature": temperature})
