@@ -11,6 +11,11 @@ from typing import Any
 KS = (1, 5, 10, 20, 50)
 DEPTH = 400  # hits read per question: enough to fill a 4,096-token budget with LoCoMo-sized turns
 
+# What the reader replies when its excerpts do not say. LoCoMo's scorer counts category 5 (adversarial) right when
+# the answer says the information is "not mentioned" (metrics.locomo_f1); LongMemEval's judge grades abstention by
+# meaning, and its figures in BENCHMARKS.md were measured with the same phrase.
+ABSTAIN = {"locomo": "Not mentioned in the conversation.", "longmemeval": "Not mentioned in the conversation."}
+
 
 @dataclass
 class BenchConfig:
@@ -32,9 +37,10 @@ def protocol(config: BenchConfig) -> dict[str, Any]:
     protocol (another budget, reader, judge, embedder or template) is recomputed, not reused."""
     data = Path(config.data)
     size = data.stat().st_size if data.is_file() else None
+    abstain = ABSTAIN.get(config.dataset) if config.answer else None
     fields = {"dataset": config.dataset, "data": [data.name, size], "depth": DEPTH,
               "budget": config.budget, "answer": config.answer, "answer_budget": config.answer_budget,
-              "judge": config.judge, "settings": config.settings}  # fmt: skip
+              "abstain": abstain, "judge": config.judge, "settings": config.settings}  # fmt: skip
     return json.loads(json.dumps(fields, sort_keys=True, default=str))
 
 

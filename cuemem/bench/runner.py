@@ -25,7 +25,7 @@ from ..memory import INGEST_BATCH, Memory
 from .datasets import Conversation, load_locomo, load_longmemeval
 from .judge import judge
 from .metrics import bleu1, evidence_recall, locomo_f1, ndcg, set_f1
-from .protocol import DEPTH, KS, BenchConfig, protocol, reusable
+from .protocol import ABSTAIN, DEPTH, KS, BenchConfig, protocol, reusable
 from .report import summarize, write_report
 
 __all__ = ["BenchConfig", "conversations", "run", "run_conversation"]
@@ -93,7 +93,7 @@ def run_conversation(
         if config.answer:  # the reader sees the same ranking, packed into the answer budget (no second search)
             context = replace(result, hits=pack(result.hits, answer_budget), budget_tokens=answer_budget)
             with memory.llm.stage("query"):
-                reply = read(memory.llm, q.text, context, now=q.date)
+                reply = read(memory.llm, q.text, context, now=q.date, abstain=ABSTAIN[config.dataset])
             record["prediction"] = reply.text
             record["cited"] = reply.cited_turn_ids
             record["gold"] = q.answer
