@@ -25,7 +25,7 @@ from ..memory import INGEST_BATCH, Memory
 from .datasets import Conversation, load_locomo, load_longmemeval
 from .judge import judge
 from .metrics import bleu1, evidence_recall, locomo_f1, ndcg, set_f1
-from .protocol import ABSTAIN, DEPTH, KS, BenchConfig, protocol, reusable
+from .protocol import ABSTAIN, DEPTH, KS, BenchConfig, engine_fingerprint, protocol, reusable
 from .report import summarize, write_report
 
 __all__ = ["BenchConfig", "conversations", "run", "run_conversation"]
@@ -134,7 +134,7 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
             )
             with Memory(settings=settings, embedder=shared) as memory:
                 done: list[dict[str, Any]] = []
-                wanted = protocol(config)
+                wanted = {**protocol(config), "engine": engine_fingerprint(memory.engine)}
                 for i, conv in enumerate(conversations(config)):  # streamed again per engine: bounded memory
                     path = checkpoints / f"{_safe(conv.id)}.json"
                     saved = json.loads(path.read_text()) if path.exists() else None
