@@ -37,7 +37,8 @@ def test_locomo_loader_parses_evidence_conventions(tmp_path):
     assert q[1].evidence == ["D1:3", "D1:4"]  # "D1:3; D1:04": regex-extracted and normalised
     assert q[2].evidence == [] and q[2].adversarial and q[2].answer == "x"  # D9:9 resolves to no turn
     assert q[3].answer == "3"  # integer answers become strings
-    assert convs[0].turns[1].metadata["blip_caption"] == "a photo of a red kayak"
+    # LoCoMo's field name stays in the loader: the turn carries the generic key the indexers read
+    assert convs[0].turns[1].metadata == {"image_caption": "a photo of a red kayak"}
 
 
 def test_longmemeval_loader_streams_gzip_with_turn_and_session_evidence(tmp_path):
