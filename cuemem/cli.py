@@ -474,11 +474,19 @@ def namespaces(as_json: JsonOpt = False) -> None:
         console.print(f"{ns}\t{n} turns", highlight=False)
 
 
+DATASET_FILES = {  # each benchmark's default file, under the datasets setting
+    "locomo": "locomo/locomo10.json",
+    "longmemeval": "longmemeval/longmemeval_s_cleaned.PARTIAL_499of500.json.gz",
+}
+
+
 @app.command()
 @handles_errors
 def bench(
     dataset: Annotated[str, typer.Argument(help="locomo or longmemeval.")],
-    data: Annotated[Path | None, typer.Option(help="Dataset file (default: ../shared/datasets/...).")] = None,
+    data: Annotated[
+        Path | None, typer.Option(help="Dataset file (default: under the datasets setting, ../shared/datasets).")
+    ] = None,
     out: Annotated[Path, typer.Option(help="Output directory (results.json, report.md, plots).")] = Path("bench-out"),
     engines: Annotated[str, typer.Option(help="Comma-separated engines.")] = "bm25,dense,hybrid",
     limit: Annotated[int | None, typer.Option(help="Only the first N conversations / questions.")] = None,
@@ -506,20 +514,16 @@ def bench(
     """Run engines side by side on LoCoMo or LongMemEval; resumable (per-conversation checkpoints in --out)."""
     from .bench.runner import BenchConfig, run
 
-    defaults = {
-        "locomo": "datasets/locomo/locomo10.json",
-        "longmemeval": "datasets/longmemeval/longmemeval_s_cleaned.PARTIAL_499of500.json.gz",
-    }
-    if dataset not in defaults:
+    if dataset not in DATASET_FILES:
         raise CuememError(f"unknown dataset {dataset!r}: locomo or longmemeval")
     if data is None:
-        candidates = [
-            Path("..") / "shared" / defaults[dataset],
-            Path(__file__).resolve().parents[2].parent / "shared" / defaults[dataset],
-        ]
-        data = next((p for p in candidates if p.is_file()), None)
-        if data is None:
-            raise CuememError(f"no --data given and ../shared/{defaults[dataset]} not found")
+        directory = Settings.load(state.config).datasets
+        data = directory / DATASET_FILES[dataset]
+        if not data.is_file():
+            raise CuememError(
+                f"no --data given and {data} not found: point the datasets setting (CUEMEM_DATASETS, now"
+                f" {directory}) at the benchmark data directory, or give --data FILE"
+            )
     overrides: dict[str, Any] = {}
     if state.embedder:
         overrides["embedder"] = state.embedder

@@ -224,3 +224,21 @@ def test_bench_command_prints_the_table_and_plain_progress_lines_in_a_log(tmp_pa
     assert results["engines"]["bm25"]["retrieval"]["questions"] == 1  # --limit 1: only c1
     r = cli(tmp_path, "ingest", str(data), "-u", "logged")  # every long command reports the same way
     assert r.exit_code == 0 and "ingest" in r.stderr and "done" in r.stderr
+
+
+def test_bench_reads_its_default_data_under_the_datasets_setting(tmp_path, monkeypatch):
+    sample = {"sample_id": "c1", "qa": [{"question": "Boat colour?", "answer": "red", "evidence": ["D1:1"],
+              "category": 4}], "conversation": {"session_1": [{"speaker": "A", "dia_id": "D1:1",
+              "text": "My boat is red"}]}}  # fmt: skip
+    datasets = tmp_path / "datasets"
+    (datasets / "locomo").mkdir(parents=True)
+    (datasets / "locomo" / "locomo10.json").write_text(json.dumps([sample]))
+    monkeypatch.setenv("CUEMEM_DATASETS", str(datasets))
+    r = cli(tmp_path, "bench", "locomo", "--engines", "bm25", "--out", str(tmp_path / "out"))
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["data"] == str(
+        datasets / "locomo" / "locomo10.json"
+    )
+    monkeypatch.setenv("CUEMEM_DATASETS", str(tmp_path / "nowhere"))
+    r = cli(tmp_path, "bench", "longmemeval", "--out", str(tmp_path / "out2"))
+    assert r.exit_code == 1 and "CUEMEM_DATASETS" in r.output and "Traceback" not in r.output
