@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .config import Settings
+from .engines import available_engines
 from .errors import CuememError
 from .formats import locomo_turns, read_locomo
 from .llm import LLMClient, make_client
@@ -38,6 +39,7 @@ UserOpt = Annotated[str, typer.Option("--user-id", "-u", help="Namespace: the us
 AgentOpt = Annotated[str | None, typer.Option("--agent-id", help="Namespace: the agent (optional).")]
 RunOpt = Annotated[str | None, typer.Option("--run-id", help="Namespace: the run (optional).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+ENGINE_HELP = f"Engine: {', '.join(available_engines())} (default: setting engine, {Settings.engine})."
 
 
 class State:
@@ -53,7 +55,7 @@ state = State()
 @app.callback()
 def main(
     db: Annotated[Path | None, typer.Option(help="Store file (default: $CUEMEM_DB or the user data dir).")] = None,
-    engine: Annotated[str | None, typer.Option(help="Engine: fullcontext, bm25, dense, hybrid (default).")] = None,
+    engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
     embedder: Annotated[str | None, typer.Option(help="Embedder: minilm (default), openai, hashing.")] = None,
     config: Annotated[Path | None, typer.Option(help="TOML settings file.")] = None,
 ) -> None:
@@ -265,7 +267,7 @@ def search(
     user_id: UserOpt,
     agent_id: AgentOpt = None,
     run_id: RunOpt = None,
-    k: Annotated[int, typer.Option("-k", help="How many hits.")] = 10,
+    k: Annotated[int | None, typer.Option("-k", help="How many hits (default: setting k).")] = None,
     budget: Annotated[int | None, typer.Option(help="Token budget for the packed hits.")] = None,
     engine: Annotated[str | None, typer.Option("--use", help="Search with this engine instead.")] = None,
     as_json: JsonOpt = False,
@@ -289,7 +291,7 @@ def ask(
     user_id: UserOpt,
     agent_id: AgentOpt = None,
     run_id: RunOpt = None,
-    k: Annotated[int, typer.Option("-k", help="How many hits to read.")] = 10,
+    k: Annotated[int | None, typer.Option("-k", help="How many hits to read (default: setting k).")] = None,
     budget: Annotated[int | None, typer.Option(help="Token budget of the context (default: answer_budget).")] = None,
     now: Annotated[str | None, typer.Option(help="Today's date, for 'how long ago' questions.")] = None,
     as_json: JsonOpt = False,
@@ -571,7 +573,7 @@ def _judge_settings(backend: str | None) -> dict[str, Any] | None:
 @handles_errors
 def demo(
     db: Annotated[Path | None, typer.Option(help="Store file (default: a fresh temporary one).")] = None,
-    k: Annotated[int, typer.Option("-k", help="Hits per question.")] = 5,
+    k: Annotated[int | None, typer.Option("-k", help="Hits per question (default: setting k).")] = None,
     answers: Annotated[bool, typer.Option("--answers/--no-answers", help="Answer with the model too.")] = True,
 ) -> None:
     """Ingest the shipped sample conversation and answer its questions with cited turns."""
@@ -583,6 +585,7 @@ def demo(
     path = db or Path(tmp.name) / "demo.db"  # type: ignore[union-attr]
     with _memory(db=path) as memory:
         user = "maya"
+        k = memory.settings.k if k is None else k
         console.rule(f"cuemem demo — engine [bold]{memory.engine.name}[/bold], store {path}")
         sessions = len({t.session_id for t in turns})
         console.print(f"Ingesting {len(turns)} turns from {sessions} sessions of '{sample['sample_id']}' ...")

@@ -108,8 +108,9 @@ def test_ingest_locomo_export_import_reindex(tmp_path):
 
 
 @pytest.mark.skipif(minilm_dir() is None, reason="shipped MiniLM package not installed")
-def test_demo_runs_on_the_embedded_default(tmp_path):
+def test_demo_runs_on_the_embedded_default(tmp_path, monkeypatch):
     """`make demo`'s job, with the real shipped MiniLM embedder: retrieval with cited turns, dates, sessions."""
+    monkeypatch.setenv("CUEMEM_K", "5")  # the demo's hits per question are the k setting's
     r = runner.invoke(app, ["demo", "--db", str(tmp_path / "demo.db")])
     assert r.exit_code == 0, r.output
     assert "engine hybrid" in r.output and "session_3" in r.output and "18 March, 2024" in r.output
@@ -171,12 +172,14 @@ def test_auto_format_reads_pretty_printed_locomo_and_caps_error_listings(tmp_pat
 @pytest.mark.skipif(minilm_dir() is None, reason="shipped models not installed")
 def test_ask_and_llm_commands_with_the_local_model(tmp_path, monkeypatch):
     monkeypatch.setenv("CUEMEM_LLM_CACHE", str(tmp_path / "calls.db"))
+    monkeypatch.setenv("CUEMEM_K", "1")  # ask reads the k setting's number of hits
     assert cli(tmp_path, "add", "My cat Miso is fed by Ines", "-u", "maya", "--id", "m1").exit_code == 0
     assert cli(tmp_path, "add", "The hotel costs 120 euros", "-u", "maya", "--id", "h1").exit_code == 0
     r = cli(tmp_path, "ask", "Who feeds the cat?", "-u", "maya", "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     assert data["answer"] and set(data["cited_turn_ids"]) <= {"m1", "h1"} and data["llm"]["query"]["calls"] == 2
+    assert [hit["turn_ids"] for hit in data["retrieval"]["hits"]] == [["m1"]]
     r = runner.invoke(app, ["llm", "choose", "What is the capital of France?", "-o", "Paris", "-o", "London"])
     assert r.exit_code == 0 and r.output.strip() == "Paris"
     r = runner.invoke(app, ["llm", "choose", "Capital of France?", "-o", "Paris", "-o", "Rome", "-k", "2", "--json"])
@@ -224,6 +227,26 @@ def test_bench_command_prints_the_table_and_plain_progress_lines_in_a_log(tmp_pa
     assert results["engines"]["bm25"]["retrieval"]["questions"] == 1  # --limit 1: only c1
     r = cli(tmp_path, "ingest", str(data), "-u", "logged")  # every long command reports the same way
     assert r.exit_code == 0 and "ingest" in r.stderr and "done" in r.stderr
+
+
+def test_search_hits_default_to_the_k_setting_and_engines_come_from_the_registry(tmp_path, monkeypatch):
+    from cuemem.engines import available_engines
+
+    for i, text in enumerate(["the red boat", "a red kite", "red wine", "red shoes"]):
+        assert cli(tmp_path, "add", text, "-u", "u", "--id", f"t{i}").exit_code == 0
+
+    def hits(*args: str) -> int:
+        r = cli(tmp_path, "search", "red", "-u", "u", "--json", *args)
+        assert r.exit_code == 0, r.output
+        return len(json.loads(r.output)["hits"])
+
+    assert hits() == 4
+    monkeypatch.setenv("CUEMEM_K", "2")
+    assert hits() == 2 and hits("-k", "3") == 3
+    r = runner.invoke(app, ["--help"], env={"COLUMNS": "400"})
+    help_text = " ".join(r.output.replace("│", " ").split())
+    assert "stitch-nocoref" in help_text
+    assert f"Engine: {', '.join(available_engines())}" in help_text
 
 
 def test_bench_reads_its_default_data_under_the_datasets_setting(tmp_path, monkeypatch):
