@@ -27,7 +27,7 @@ from .errors import CuememError
 from .formats import locomo_turns, read_locomo
 from .llm import LLMClient, make_client
 from .memory import INGEST_BATCH, Memory
-from .types import Retrieval
+from .types import Namespace, Retrieval
 
 app = typer.Typer(help="cuemem: long-term memory for LLM agents.", no_args_is_help=True, add_completion=False)
 console = Console() if sys.stdout.isatty() else Console(width=120)
@@ -390,21 +390,34 @@ def delete(
     agent_id: AgentOpt = None,
     run_id: RunOpt = None,
     session: Annotated[str | None, typer.Option(help="Delete this whole session.")] = None,
-    everything: Annotated[bool, typer.Option("--all", help="Delete the whole namespace.")] = False,
+    everything: Annotated[
+        bool, typer.Option("--all", help="Delete the whole namespace and every namespace under it.")
+    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Delete turns, a session, or a whole namespace, with everything derived from them."""
+    """Delete turns, a session, or a namespace with every namespace under it, and all derived from them."""
     if sum(bool(x) for x in (turn_id, session, everything)) != 1:
         raise CuememError("give turn ids, or --session S, or --all (exactly one)")
+    deleted: list[tuple[Namespace, int]]  # each namespace deleted from, with its count of turns deleted
     with _memory() as memory:
         if everything:
-            n = memory.delete_all(user_id=user_id, agent_id=agent_id, run_id=run_id)
+            deleted = memory.delete_all(user_id=user_id, agent_id=agent_id, run_id=run_id)
         elif session:
             n = memory.delete_session(session, user_id=user_id, agent_id=agent_id, run_id=run_id)
+            deleted = [(Namespace(user_id, agent_id, run_id), n)]
         else:
             for tid in turn_id or []:
                 memory.delete(tid, user_id=user_id, agent_id=agent_id, run_id=run_id)
-            n = len(turn_id or [])
-    console.print(f"deleted {n} turns")
+            deleted = [(Namespace(user_id, agent_id, run_id), len(turn_id or []))]
+    if as_json:
+        console.print_json(data=[{**ns.as_dict(), "turns": n} for ns, n in deleted])
+    elif everything:
+        for ns, n in deleted:
+            console.print(f"deleted {ns}: {n} turns", highlight=False)
+        total = sum(n for _, n in deleted)
+        console.print(f"deleted {total} turns in {len(deleted)} namespaces", highlight=False)
+    else:
+        console.print(f"deleted {deleted[0][1]} turns")
 
 
 @app.command()

@@ -229,6 +229,34 @@ def test_bench_command_prints_the_table_and_plain_progress_lines_in_a_log(tmp_pa
     assert r.exit_code == 0 and "ingest" in r.stderr and "done" in r.stderr
 
 
+def test_delete_all_takes_the_users_agent_and_run_namespaces_and_counts_them(tmp_path):
+    """`delete --all -u U` deletes U's namespace and every agent/run namespace under it, one line each."""
+
+    def add(turn_id: str, *where: str) -> None:
+        assert cli(tmp_path, "add", f"note {turn_id}", "--id", turn_id, *where).exit_code == 0
+
+    for i in range(3):
+        add(f"a{i}", "-u", "alice")
+    for i in range(2):
+        add(f"g{i}", "-u", "alice", "--agent-id", "agent1")
+    add("r0", "-u", "alice", "--agent-id", "agent1", "--run-id", "run1")
+    add("b0", "-u", "bob")
+    r = cli(tmp_path, "delete", "--all", "-u", "alice", "--agent-id", "agent1", "--json")
+    assert r.exit_code == 0, r.output
+    deleted = sorted(json.loads(r.output), key=lambda ns: ns["run_id"] or "")
+    assert deleted == [{"user_id": "alice", "agent_id": "agent1", "run_id": None, "turns": 2},
+                       {"user_id": "alice", "agent_id": "agent1", "run_id": "run1", "turns": 1}]  # fmt: skip
+    for i in range(2):
+        add(f"g{i}", "-u", "alice", "--agent-id", "agent1")
+    r = cli(tmp_path, "delete", "--all", "-u", "alice")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert "deleted user=alice: 3 turns" in lines and "deleted user=alice,agent=agent1: 2 turns" in lines
+    assert lines[-1] == "deleted 5 turns in 2 namespaces"
+    r = cli(tmp_path, "namespaces", "--json")
+    assert json.loads(r.output) == [{"user_id": "bob", "agent_id": None, "run_id": None, "turns": 1}]
+
+
 def test_search_hits_default_to_the_k_setting_and_engines_come_from_the_registry(tmp_path, monkeypatch):
     from cuemem.engines import available_engines
 
