@@ -70,6 +70,8 @@ def _memory(**overrides: Any) -> Memory:
         embedder=state.embedder,
         **overrides,
     )
+    if str(settings.db) == ":memory:":
+        raise CuememError("a :memory: store keeps nothing once the command ends: give --db (or CUEMEM_DB) a file")
     return Memory(settings=settings)
 
 

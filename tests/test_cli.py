@@ -257,6 +257,14 @@ def test_delete_all_takes_the_users_agent_and_run_namespaces_and_counts_them(tmp
     assert json.loads(r.output) == [{"user_id": "bob", "agent_id": None, "run_id": None, "turns": 1}]
 
 
+def test_an_in_memory_store_is_refused(tmp_path, monkeypatch):
+    r = runner.invoke(app, ["--db", ":memory:", "--embedder", "hashing", "add", "lost at once", "-u", "u"])
+    assert r.exit_code == 1 and ":memory:" in r.output and "Traceback" not in r.output
+    monkeypatch.setenv("CUEMEM_DB", ":memory:")
+    r = runner.invoke(app, ["--embedder", "hashing", "namespaces"])
+    assert r.exit_code == 1 and ":memory:" in r.output
+
+
 def test_search_hits_default_to_the_k_setting_and_engines_come_from_the_registry(tmp_path, monkeypatch):
     from cuemem.engines import available_engines
 
