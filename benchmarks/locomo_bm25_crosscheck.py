@@ -26,7 +26,7 @@ DATA = ROOT.parent / "shared" / "datasets" / "locomo" / "locomo10.json"
 
 
 def document(turn) -> str:
-    caption = turn.metadata.get("blip_caption")
+    caption = turn.metadata.get("image_caption")
     return f"{turn.speaker}: {turn.text}" + (f" [image: {caption}]" if caption else "")
 
 

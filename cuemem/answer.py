@@ -12,12 +12,16 @@ from collections.abc import Sequence
 from .llm import LLMClient, LLMError
 from .types import Answer, Hit, Retrieval
 
-NOT_MENTIONED = "Not mentioned in the conversation."
-SYSTEM = (
-    "You answer questions about a conversation history using only the excerpts given. "
-    "Each excerpt starts with its id in brackets. Reply with a short answer, a few words. "
-    f'If the excerpts do not say, reply "{NOT_MENTIONED}"'
-)
+ABSTAIN = "The memory does not say."  # what the reader replies when its excerpts do not hold the answer
+
+
+def system_prompt(abstain: str = ABSTAIN) -> str:
+    """The reader's instructions, with the phrase it replies when the excerpts do not say (abstention)."""
+    return (
+        "You answer questions about a conversation history using only the excerpts given. "
+        "Each excerpt starts with its id in brackets. Reply with a short answer, a few words. "
+        f'If the excerpts do not say, reply "{abstain}"'
+    )
 
 
 def context_block(hits: Sequence[Hit]) -> tuple[str, list[str]]:
@@ -30,20 +34,21 @@ def context_block(hits: Sequence[Hit]) -> tuple[str, list[str]]:
 
 
 def read(client: LLMClient, question: str, retrieval: Retrieval, *, max_tokens: int = 32, cite: int = 2,
-         margin: float = 2.0, now: str | None = None) -> Answer:  # fmt: skip
+         margin: float = 2.0, now: str | None = None, abstain: str = ABSTAIN) -> Answer:  # fmt: skip
     """Answer from the packed hits, then choose up to `cite` supporting ids among those in the context (a second
     one only if its log-probability is within `margin` of the first). `now` is the date the question is asked
-    (LongMemEval's question date), which "how long ago" questions need."""
+    (LongMemEval's question date), which "how long ago" questions need; `abstain` is the reply when the excerpts
+    do not say (a benchmark passes its own, e.g. LoCoMo's "Not mentioned in the conversation.")."""
     if not retrieval.hits:
-        return Answer(f"{NOT_MENTIONED} (Nothing relevant is in memory.)", [], retrieval)
+        return Answer(f"{abstain} (Nothing relevant is in memory.)", [], retrieval)
     block, ids = context_block(retrieval.hits)
     when = f"Today is {now}.\n" if now else ""
     messages = [
-        {"role": "system", "content": SYSTEM},
+        {"role": "system", "content": system_prompt(abstain)},
         {"role": "user", "content": f"Excerpts:\n{block}\n\n{when}Question: {question}"},
     ]
     text = client.chat(messages, max_tokens=max_tokens).text.strip()
-    text = text.split("\n")[0].strip() or NOT_MENTIONED  # small models run on past the answer
+    text = text.split("\n")[0].strip() or abstain  # small models run on past the answer
     asked = [*messages, {"role": "assistant", "content": text},
              {"role": "user", "content": "Give the id of the excerpt that supports your answer."}]  # fmt: skip
     try:

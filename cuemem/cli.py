@@ -22,11 +22,12 @@ from rich.table import Table
 from rich.text import Text
 
 from .config import Settings
+from .engines import available_engines
 from .errors import CuememError
 from .formats import locomo_turns, read_locomo
 from .llm import LLMClient, make_client
 from .memory import INGEST_BATCH, Memory
-from .types import Retrieval
+from .types import Namespace, Retrieval
 
 app = typer.Typer(help="cuemem: long-term memory for LLM agents.", no_args_is_help=True, add_completion=False)
 console = Console() if sys.stdout.isatty() else Console(width=120)
@@ -38,6 +39,7 @@ UserOpt = Annotated[str, typer.Option("--user-id", "-u", help="Namespace: the us
 AgentOpt = Annotated[str | None, typer.Option("--agent-id", help="Namespace: the agent (optional).")]
 RunOpt = Annotated[str | None, typer.Option("--run-id", help="Namespace: the run (optional).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+ENGINE_HELP = f"Engine: {', '.join(available_engines())} (default: setting engine, {Settings.engine})."
 
 
 class State:
@@ -53,7 +55,7 @@ state = State()
 @app.callback()
 def main(
     db: Annotated[Path | None, typer.Option(help="Store file (default: $CUEMEM_DB or the user data dir).")] = None,
-    engine: Annotated[str | None, typer.Option(help="Engine: fullcontext, bm25, dense, hybrid (default).")] = None,
+    engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
     embedder: Annotated[str | None, typer.Option(help="Embedder: minilm (default), openai, hashing.")] = None,
     config: Annotated[Path | None, typer.Option(help="TOML settings file.")] = None,
 ) -> None:
@@ -68,6 +70,8 @@ def _memory(**overrides: Any) -> Memory:
         embedder=state.embedder,
         **overrides,
     )
+    if str(settings.db) == ":memory:":
+        raise CuememError("a :memory: store keeps nothing once the command ends: give --db (or CUEMEM_DB) a file")
     return Memory(settings=settings)
 
 
@@ -265,7 +269,7 @@ def search(
     user_id: UserOpt,
     agent_id: AgentOpt = None,
     run_id: RunOpt = None,
-    k: Annotated[int, typer.Option("-k", help="How many hits.")] = 10,
+    k: Annotated[int | None, typer.Option("-k", help="How many hits (default: setting k).")] = None,
     budget: Annotated[int | None, typer.Option(help="Token budget for the packed hits.")] = None,
     engine: Annotated[str | None, typer.Option("--use", help="Search with this engine instead.")] = None,
     as_json: JsonOpt = False,
@@ -289,7 +293,7 @@ def ask(
     user_id: UserOpt,
     agent_id: AgentOpt = None,
     run_id: RunOpt = None,
-    k: Annotated[int, typer.Option("-k", help="How many hits to read.")] = 10,
+    k: Annotated[int | None, typer.Option("-k", help="How many hits to read (default: setting k).")] = None,
     budget: Annotated[int | None, typer.Option(help="Token budget of the context (default: answer_budget).")] = None,
     now: Annotated[str | None, typer.Option(help="Today's date, for 'how long ago' questions.")] = None,
     as_json: JsonOpt = False,
@@ -388,21 +392,34 @@ def delete(
     agent_id: AgentOpt = None,
     run_id: RunOpt = None,
     session: Annotated[str | None, typer.Option(help="Delete this whole session.")] = None,
-    everything: Annotated[bool, typer.Option("--all", help="Delete the whole namespace.")] = False,
+    everything: Annotated[
+        bool, typer.Option("--all", help="Delete the whole namespace and every namespace under it.")
+    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Delete turns, a session, or a whole namespace, with everything derived from them."""
+    """Delete turns, a session, or a namespace with every namespace under it, and all derived from them."""
     if sum(bool(x) for x in (turn_id, session, everything)) != 1:
         raise CuememError("give turn ids, or --session S, or --all (exactly one)")
+    deleted: list[tuple[Namespace, int]]  # each namespace deleted from, with its count of turns deleted
     with _memory() as memory:
         if everything:
-            n = memory.delete_all(user_id=user_id, agent_id=agent_id, run_id=run_id)
+            deleted = memory.delete_all(user_id=user_id, agent_id=agent_id, run_id=run_id)
         elif session:
             n = memory.delete_session(session, user_id=user_id, agent_id=agent_id, run_id=run_id)
+            deleted = [(Namespace(user_id, agent_id, run_id), n)]
         else:
             for tid in turn_id or []:
                 memory.delete(tid, user_id=user_id, agent_id=agent_id, run_id=run_id)
-            n = len(turn_id or [])
-    console.print(f"deleted {n} turns")
+            deleted = [(Namespace(user_id, agent_id, run_id), len(turn_id or []))]
+    if as_json:
+        console.print_json(data=[{**ns.as_dict(), "turns": n} for ns, n in deleted])
+    elif everything:
+        for ns, n in deleted:
+            console.print(f"deleted {ns}: {n} turns", highlight=False)
+        total = sum(n for _, n in deleted)
+        console.print(f"deleted {total} turns in {len(deleted)} namespaces", highlight=False)
+    else:
+        console.print(f"deleted {deleted[0][1]} turns")
 
 
 @app.command()
@@ -474,11 +491,19 @@ def namespaces(as_json: JsonOpt = False) -> None:
         console.print(f"{ns}\t{n} turns", highlight=False)
 
 
+DATASET_FILES = {  # each benchmark's default file, under the datasets setting
+    "locomo": "locomo/locomo10.json",
+    "longmemeval": "longmemeval/longmemeval_s_cleaned.PARTIAL_499of500.json.gz",
+}
+
+
 @app.command()
 @handles_errors
 def bench(
     dataset: Annotated[str, typer.Argument(help="locomo or longmemeval.")],
-    data: Annotated[Path | None, typer.Option(help="Dataset file (default: ../shared/datasets/...).")] = None,
+    data: Annotated[
+        Path | None, typer.Option(help="Dataset file (default: under the datasets setting, ../shared/datasets).")
+    ] = None,
     out: Annotated[Path, typer.Option(help="Output directory (results.json, report.md, plots).")] = Path("bench-out"),
     engines: Annotated[str, typer.Option(help="Comma-separated engines.")] = "bm25,dense,hybrid",
     limit: Annotated[int | None, typer.Option(help="Only the first N conversations / questions.")] = None,
@@ -506,20 +531,16 @@ def bench(
     """Run engines side by side on LoCoMo or LongMemEval; resumable (per-conversation checkpoints in --out)."""
     from .bench.runner import BenchConfig, run
 
-    defaults = {
-        "locomo": "datasets/locomo/locomo10.json",
-        "longmemeval": "datasets/longmemeval/longmemeval_s_cleaned.PARTIAL_499of500.json.gz",
-    }
-    if dataset not in defaults:
+    if dataset not in DATASET_FILES:
         raise CuememError(f"unknown dataset {dataset!r}: locomo or longmemeval")
     if data is None:
-        candidates = [
-            Path("..") / "shared" / defaults[dataset],
-            Path(__file__).resolve().parents[2].parent / "shared" / defaults[dataset],
-        ]
-        data = next((p for p in candidates if p.is_file()), None)
-        if data is None:
-            raise CuememError(f"no --data given and ../shared/{defaults[dataset]} not found")
+        directory = Settings.load(state.config).datasets
+        data = directory / DATASET_FILES[dataset]
+        if not data.is_file():
+            raise CuememError(
+                f"no --data given and {data} not found: point the datasets setting (CUEMEM_DATASETS, now"
+                f" {directory}) at the benchmark data directory, or give --data FILE"
+            )
     overrides: dict[str, Any] = {}
     if state.embedder:
         overrides["embedder"] = state.embedder
@@ -567,7 +588,7 @@ def _judge_settings(backend: str | None) -> dict[str, Any] | None:
 @handles_errors
 def demo(
     db: Annotated[Path | None, typer.Option(help="Store file (default: a fresh temporary one).")] = None,
-    k: Annotated[int, typer.Option("-k", help="Hits per question.")] = 5,
+    k: Annotated[int | None, typer.Option("-k", help="Hits per question (default: setting k).")] = None,
     answers: Annotated[bool, typer.Option("--answers/--no-answers", help="Answer with the model too.")] = True,
 ) -> None:
     """Ingest the shipped sample conversation and answer its questions with cited turns."""
@@ -579,6 +600,7 @@ def demo(
     path = db or Path(tmp.name) / "demo.db"  # type: ignore[union-attr]
     with _memory(db=path) as memory:
         user = "maya"
+        k = memory.settings.k if k is None else k
         console.rule(f"cuemem demo — engine [bold]{memory.engine.name}[/bold], store {path}")
         sessions = len({t.session_id for t in turns})
         console.print(f"Ingesting {len(turns)} turns from {sessions} sessions of '{sample['sample_id']}' ...")

@@ -11,6 +11,8 @@ from .errors import ImportFormatError
 from .types import Turn
 
 _SESSION = re.compile(r"^session_(\d+)$")
+# Turn metadata keys, and the LoCoMo fields they are read from.
+LOCOMO_METADATA = {"image_caption": "blip_caption", "img_url": "img_url", "query": "query"}
 
 
 def read_locomo(path: str | Path) -> list[dict[str, Any]]:
@@ -32,8 +34,9 @@ def read_locomo(path: str | Path) -> list[dict[str, Any]]:
 def locomo_turns(sample: dict[str, Any]) -> list[Turn]:
     """Turns of a LoCoMo sample in session order; the session date becomes each turn's timestamp.
 
-    Sessions are found by their `session_N` lists (conv-26 lists more dates than sessions). Image captions and
-    URLs stay in the turn's metadata, where the indexers add the caption to the text.
+    Sessions are found by their `session_N` lists (conv-26 lists more dates than sessions). A shared image's
+    caption (LoCoMo's `blip_caption`) goes into the generic metadata key "image_caption", which the indexers add
+    to the text; its URL and search query stay as `img_url` and `query`.
     """
     conversation = sample["conversation"]
     numbers = sorted(
@@ -45,7 +48,7 @@ def locomo_turns(sample: dict[str, Any]) -> list[Turn]:
         for position, raw in enumerate(conversation[f"session_{n}"], start=1):
             if not isinstance(raw, dict):
                 raise ImportFormatError(f"session_{n} turn {position} is a {type(raw).__name__}, not an object")
-            metadata = {key: raw[key] for key in ("blip_caption", "img_url", "query") if raw.get(key)}
+            metadata = {key: raw[field] for key, field in LOCOMO_METADATA.items() if raw.get(field)}
             turns.append(
                 Turn(
                     id=str(raw.get("dia_id") or f"D{n}:{position}"),

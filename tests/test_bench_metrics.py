@@ -62,10 +62,11 @@ def test_locomo_category_special_cases():
     assert locomo_f1("That is not mentioned in the conversation.", "anything", "5") == 1.0
     assert locomo_f1("No information available.", "anything", "5") == 1.0
     assert locomo_f1("Paris", "anything", "5") == 0.0
-    # what the reader says when its excerpts do not hold the answer (and when nothing was retrieved)
-    from cuemem.answer import NOT_MENTIONED, SYSTEM
+    # what the benchmark's reader says on LoCoMo when its excerpts do not hold the answer (or nothing was found)
+    from cuemem.answer import system_prompt
+    from cuemem.bench.protocol import ABSTAIN
 
-    assert NOT_MENTIONED in SYSTEM and locomo_f1(NOT_MENTIONED, "anything", "5") == 1.0
+    assert ABSTAIN["locomo"] in system_prompt(ABSTAIN["locomo"]) and locomo_f1(ABSTAIN["locomo"], "x", "5") == 1.0
     # other categories: plain token F1
     assert locomo_f1("7 May 2023", "7 May 2023", "2") == 1.0
 

@@ -108,8 +108,9 @@ def test_ingest_locomo_export_import_reindex(tmp_path):
 
 
 @pytest.mark.skipif(minilm_dir() is None, reason="shipped MiniLM package not installed")
-def test_demo_runs_on_the_embedded_default(tmp_path):
+def test_demo_runs_on_the_embedded_default(tmp_path, monkeypatch):
     """`make demo`'s job, with the real shipped MiniLM embedder: retrieval with cited turns, dates, sessions."""
+    monkeypatch.setenv("CUEMEM_K", "5")  # the demo's hits per question are the k setting's
     r = runner.invoke(app, ["demo", "--db", str(tmp_path / "demo.db")])
     assert r.exit_code == 0, r.output
     assert "engine hybrid" in r.output and "session_3" in r.output and "18 March, 2024" in r.output
@@ -171,12 +172,14 @@ def test_auto_format_reads_pretty_printed_locomo_and_caps_error_listings(tmp_pat
 @pytest.mark.skipif(minilm_dir() is None, reason="shipped models not installed")
 def test_ask_and_llm_commands_with_the_local_model(tmp_path, monkeypatch):
     monkeypatch.setenv("CUEMEM_LLM_CACHE", str(tmp_path / "calls.db"))
+    monkeypatch.setenv("CUEMEM_K", "1")  # ask reads the k setting's number of hits
     assert cli(tmp_path, "add", "My cat Miso is fed by Ines", "-u", "maya", "--id", "m1").exit_code == 0
     assert cli(tmp_path, "add", "The hotel costs 120 euros", "-u", "maya", "--id", "h1").exit_code == 0
     r = cli(tmp_path, "ask", "Who feeds the cat?", "-u", "maya", "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     assert data["answer"] and set(data["cited_turn_ids"]) <= {"m1", "h1"} and data["llm"]["query"]["calls"] == 2
+    assert [hit["turn_ids"] for hit in data["retrieval"]["hits"]] == [["m1"]]
     r = runner.invoke(app, ["llm", "choose", "What is the capital of France?", "-o", "Paris", "-o", "London"])
     assert r.exit_code == 0 and r.output.strip() == "Paris"
     r = runner.invoke(app, ["llm", "choose", "Capital of France?", "-o", "Paris", "-o", "Rome", "-k", "2", "--json"])
@@ -224,3 +227,77 @@ def test_bench_command_prints_the_table_and_plain_progress_lines_in_a_log(tmp_pa
     assert results["engines"]["bm25"]["retrieval"]["questions"] == 1  # --limit 1: only c1
     r = cli(tmp_path, "ingest", str(data), "-u", "logged")  # every long command reports the same way
     assert r.exit_code == 0 and "ingest" in r.stderr and "done" in r.stderr
+
+
+def test_delete_all_takes_the_users_agent_and_run_namespaces_and_counts_them(tmp_path):
+    """`delete --all -u U` deletes U's namespace and every agent/run namespace under it, one line each."""
+
+    def add(turn_id: str, *where: str) -> None:
+        assert cli(tmp_path, "add", f"note {turn_id}", "--id", turn_id, *where).exit_code == 0
+
+    for i in range(3):
+        add(f"a{i}", "-u", "alice")
+    for i in range(2):
+        add(f"g{i}", "-u", "alice", "--agent-id", "agent1")
+    add("r0", "-u", "alice", "--agent-id", "agent1", "--run-id", "run1")
+    add("b0", "-u", "bob")
+    r = cli(tmp_path, "delete", "--all", "-u", "alice", "--agent-id", "agent1", "--json")
+    assert r.exit_code == 0, r.output
+    deleted = sorted(json.loads(r.output), key=lambda ns: ns["run_id"] or "")
+    assert deleted == [{"user_id": "alice", "agent_id": "agent1", "run_id": None, "turns": 2},
+                       {"user_id": "alice", "agent_id": "agent1", "run_id": "run1", "turns": 1}]  # fmt: skip
+    for i in range(2):
+        add(f"g{i}", "-u", "alice", "--agent-id", "agent1")
+    r = cli(tmp_path, "delete", "--all", "-u", "alice")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert "deleted user=alice: 3 turns" in lines and "deleted user=alice,agent=agent1: 2 turns" in lines
+    assert lines[-1] == "deleted 5 turns in 2 namespaces"
+    r = cli(tmp_path, "namespaces", "--json")
+    assert json.loads(r.output) == [{"user_id": "bob", "agent_id": None, "run_id": None, "turns": 1}]
+
+
+def test_an_in_memory_store_is_refused(tmp_path, monkeypatch):
+    r = runner.invoke(app, ["--db", ":memory:", "--embedder", "hashing", "add", "lost at once", "-u", "u"])
+    assert r.exit_code == 1 and ":memory:" in r.output and "Traceback" not in r.output
+    monkeypatch.setenv("CUEMEM_DB", ":memory:")
+    r = runner.invoke(app, ["--embedder", "hashing", "namespaces"])
+    assert r.exit_code == 1 and ":memory:" in r.output
+
+
+def test_search_hits_default_to_the_k_setting_and_engines_come_from_the_registry(tmp_path, monkeypatch):
+    from cuemem.engines import available_engines
+
+    for i, text in enumerate(["the red boat", "a red kite", "red wine", "red shoes"]):
+        assert cli(tmp_path, "add", text, "-u", "u", "--id", f"t{i}").exit_code == 0
+
+    def hits(*args: str) -> int:
+        r = cli(tmp_path, "search", "red", "-u", "u", "--json", *args)
+        assert r.exit_code == 0, r.output
+        return len(json.loads(r.output)["hits"])
+
+    assert hits() == 4
+    monkeypatch.setenv("CUEMEM_K", "2")
+    assert hits() == 2 and hits("-k", "3") == 3
+    r = runner.invoke(app, ["--help"], env={"COLUMNS": "400"})
+    help_text = " ".join(r.output.replace("│", " ").split())
+    assert "stitch-nocoref" in help_text
+    assert f"Engine: {', '.join(available_engines())}" in help_text
+
+
+def test_bench_reads_its_default_data_under_the_datasets_setting(tmp_path, monkeypatch):
+    sample = {"sample_id": "c1", "qa": [{"question": "Boat colour?", "answer": "red", "evidence": ["D1:1"],
+              "category": 4}], "conversation": {"session_1": [{"speaker": "A", "dia_id": "D1:1",
+              "text": "My boat is red"}]}}  # fmt: skip
+    datasets = tmp_path / "datasets"
+    (datasets / "locomo").mkdir(parents=True)
+    (datasets / "locomo" / "locomo10.json").write_text(json.dumps([sample]))
+    monkeypatch.setenv("CUEMEM_DATASETS", str(datasets))
+    r = cli(tmp_path, "bench", "locomo", "--engines", "bm25", "--out", str(tmp_path / "out"))
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["data"] == str(
+        datasets / "locomo" / "locomo10.json"
+    )
+    monkeypatch.setenv("CUEMEM_DATASETS", str(tmp_path / "nowhere"))
+    r = cli(tmp_path, "bench", "longmemeval", "--out", str(tmp_path / "out2"))
+    assert r.exit_code == 1 and "CUEMEM_DATASETS" in r.output and "Traceback" not in r.output

@@ -38,3 +38,15 @@ def test_bad_settings_are_reported(tmp_path, monkeypatch):
     for name in ("rrf_k", "k", "embed_batch_size", "max_turn_bytes"):
         with pytest.raises(CuememError, match=f"{name} must be >= 1"):
             Settings.load(None, **{name: 0})
+
+
+def test_the_datasets_directory_is_a_setting(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    assert Settings.load(None).datasets == Path("../shared/datasets")  # beside the checkout, from the working dir
+    monkeypatch.setenv("CUEMEM_DATASETS", "~/data")
+    assert Settings.load(None).datasets == Path("~/data").expanduser()
+    toml = tmp_path / "cuemem.toml"
+    toml.write_text('datasets = "/srv/benchmarks"\n')
+    monkeypatch.delenv("CUEMEM_DATASETS")
+    assert Settings.load(toml).datasets == Path("/srv/benchmarks")

@@ -41,7 +41,8 @@ class Conversation:
 
 def load_locomo(path: str | Path, *, limit: int | None = None) -> Iterator[Conversation]:
     """LoCoMo conversations. Evidence ids are extracted with D\\d+:\\d+ (six entries are malformed upstream) and
-    normalised ("D30:05" -> "D30:5"); ids that resolve to no turn are dropped. Image captions stay in metadata."""
+    normalised ("D30:05" -> "D30:5"); ids that resolve to no turn are dropped. Image captions are in each turn's
+    metadata as "image_caption" (cuemem.formats.locomo_turns)."""
     for number, sample in enumerate(read_locomo(path)):
         if limit is not None and number >= limit:
             return

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 import string
 from collections import Counter
 from collections.abc import Sequence
 
 # ------------------------------------------------------------------ retrieval
+
+
+def mean(values: Sequence[float]) -> float:
+    """The mean of the values that are not NaN (NaN when none is left): figures with nothing to average over
+    are NaN and stay out of averages."""
+    kept = [v for v in values if not (isinstance(v, float) and math.isnan(v))]
+    return statistics.fmean(kept) if kept else math.nan
 
 
 def percentile(values: Sequence[float], p: float) -> float:

@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .metrics import percentile
-from .runner import KS, BenchConfig, mean
+from .metrics import mean, percentile
+from .protocol import KS, BenchConfig
 
 log = logging.getLogger(__name__)
 RETRIEVAL_KEYS = [f"recall@{k}" for k in KS] + ["recall@budget", "ndcg@10"]

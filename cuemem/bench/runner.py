@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
-import statistics
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,24 +25,10 @@ from ..memory import INGEST_BATCH, Memory
 from .datasets import Conversation, load_locomo, load_longmemeval
 from .judge import judge
 from .metrics import bleu1, evidence_recall, locomo_f1, ndcg, set_f1
+from .protocol import ABSTAIN, DEPTH, KS, BenchConfig, engine_fingerprint, protocol, reusable
+from .report import summarize, write_report
 
-KS = (1, 5, 10, 20, 50)
-DEPTH = 400  # hits read per question: enough to fill a 4,096-token budget with LoCoMo-sized turns
-
-
-@dataclass
-class BenchConfig:
-    dataset: str  # "locomo" or "longmemeval"
-    data: Path
-    out: Path
-    engines: list[str]
-    limit: int | None = None
-    budget: int = 4096
-    answer: bool = False
-    answer_budget: int | None = None  # tokens the reader sees (default: settings.answer_budget)
-    judge: dict[str, Any] | None = None  # Settings overrides of the judge model (e.g. {"llm": "openai", ...})
-    settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides (embedder, turn_template ...)
-    embed_cache: Path | None = None  # share embeddings across engines and reruns (ingest times then exclude them)
+__all__ = ["BenchConfig", "conversations", "run", "run_conversation"]
 
 
 def conversations(config: BenchConfig) -> Iterator[Conversation]:
@@ -53,23 +37,6 @@ def conversations(config: BenchConfig) -> Iterator[Conversation]:
     if config.dataset == "longmemeval":
         return load_longmemeval(config.data, limit=config.limit)
     raise ValueError(f"unknown dataset {config.dataset!r}: locomo or longmemeval")
-
-
-def protocol(config: BenchConfig) -> dict[str, Any]:
-    """What a checkpoint's figures depend on beyond the conversation itself; a checkpoint made under another
-    protocol (another budget, reader, judge, embedder or template) is recomputed, not reused."""
-    data = Path(config.data)
-    size = data.stat().st_size if data.is_file() else None
-    fields = {"dataset": config.dataset, "data": [data.name, size], "depth": DEPTH,
-              "budget": config.budget, "answer": config.answer, "answer_budget": config.answer_budget,
-              "judge": config.judge, "settings": config.settings}  # fmt: skip
-    return json.loads(json.dumps(fields, sort_keys=True, default=str))
-
-
-def _reusable(record: dict[str, Any], wanted: dict[str, Any]) -> bool:
-    """A checkpoint is reused when it was made under the same protocol (those written before checkpoints
-    recorded it are taken as they are)."""
-    return record.get("protocol", wanted) == wanted
 
 
 def _safe(name: str) -> str:
@@ -126,7 +93,7 @@ def run_conversation(
         if config.answer:  # the reader sees the same ranking, packed into the answer budget (no second search)
             context = replace(result, hits=pack(result.hits, answer_budget), budget_tokens=answer_budget)
             with memory.llm.stage("query"):
-                reply = read(memory.llm, q.text, context, now=q.date)
+                reply = read(memory.llm, q.text, context, now=q.date, abstain=ABSTAIN[config.dataset])
             record["prediction"] = reply.text
             record["cited"] = reply.cited_turn_ids
             record["gold"] = q.answer
@@ -154,8 +121,6 @@ def run_conversation(
 
 def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Run every engine over the dataset (resuming from checkpoints) and write results.json, report.md, plots."""
-    from .report import summarize, write_report
-
     per_engine: dict[str, list[dict[str, Any]]] = {}
     shared: CachedEmbedder | None = None
     if config.embed_cache is not None:
@@ -169,11 +134,11 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
             )
             with Memory(settings=settings, embedder=shared) as memory:
                 done: list[dict[str, Any]] = []
-                wanted = protocol(config)
+                wanted = {**protocol(config), "engine": engine_fingerprint(memory.engine)}
                 for i, conv in enumerate(conversations(config)):  # streamed again per engine: bounded memory
                     path = checkpoints / f"{_safe(conv.id)}.json"
                     saved = json.loads(path.read_text()) if path.exists() else None
-                    if saved is not None and _reusable(saved, wanted):
+                    if saved is not None and reusable(saved, wanted):
                         done.append(saved)
                     else:
                         record = {**run_conversation(memory, config, conv, judge_client), "protocol": wanted}
@@ -188,8 +153,3 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
     results = summarize(config, per_engine)
     write_report(config, results)
     return results
-
-
-def mean(values: list[float]) -> float:
-    kept = [v for v in values if not (isinstance(v, float) and math.isnan(v))]
-    return statistics.fmean(kept) if kept else math.nan

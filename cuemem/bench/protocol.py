@@ -1,0 +1,91 @@
+"""The benchmark protocol: what a run is (`BenchConfig`) and what a checkpoint's figures depend on (`protocol`,
+`engine_fingerprint`), shared by the runner and the report."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..engines import Engine
+
+KS = (1, 5, 10, 20, 50)
+DEPTH = 400  # hits read per question: enough to fill a 4,096-token budget with LoCoMo-sized turns
+
+# What the reader replies when its excerpts do not say. LoCoMo's scorer counts category 5 (adversarial) right when
+# the answer says the information is "not mentioned" (metrics.locomo_f1); LongMemEval's judge grades abstention by
+# meaning, and its figures in BENCHMARKS.md were measured with the same phrase.
+ABSTAIN = {"locomo": "Not mentioned in the conversation.", "longmemeval": "Not mentioned in the conversation."}
+
+
+@dataclass
+class BenchConfig:
+    dataset: str  # "locomo" or "longmemeval"
+    data: Path
+    out: Path
+    engines: list[str]
+    limit: int | None = None
+    budget: int = 4096
+    answer: bool = False
+    answer_budget: int | None = None  # tokens the reader sees (default: settings.answer_budget)
+    judge: dict[str, Any] | None = None  # Settings overrides of the judge model (e.g. {"llm": "openai", ...})
+    settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides (embedder, turn_template ...)
+    embed_cache: Path | None = None  # share embeddings across engines and reruns (ingest times then exclude them)
+
+
+def protocol(config: BenchConfig) -> dict[str, Any]:
+    """What a checkpoint's figures depend on beyond the conversation and the engine; a checkpoint made under
+    another protocol (another budget, reader, judge, embedder or template) is recomputed, not reused."""
+    data = Path(config.data)
+    size = data.stat().st_size if data.is_file() else None
+    abstain = ABSTAIN.get(config.dataset) if config.answer else None
+    fields = {"dataset": config.dataset, "data": [data.name, size], "depth": DEPTH,
+              "budget": config.budget, "answer": config.answer, "answer_budget": config.answer_budget,
+              "abstain": abstain, "judge": config.judge, "settings": config.settings}  # fmt: skip
+    return json.loads(json.dumps(fields, sort_keys=True, default=str))
+
+
+def engine_sources(engine: Engine) -> list[Path]:
+    """The source files an engine's behaviour is versioned by: its subpackage of `cuemem.engines` (all of
+    `cuemem/engines/stitch/`), or its own module file (`cuemem/engines/baselines.py`, or a plugin's module)."""
+    module = sys.modules.get(type(engine).__module__)
+    file = getattr(module, "__file__", None)
+    if file is None:
+        return []
+    path = Path(file)
+    engines_dir = Path(__file__).resolve().parents[1] / "engines"
+    try:
+        top = path.resolve().relative_to(engines_dir).parts[0]
+    except (ValueError, IndexError):
+        return [path]  # an engine outside cuemem.engines: its own module
+    package = engines_dir / top
+    return sorted(package.rglob("*.py")) if package.is_dir() else [package]
+
+
+def source_digest(paths: list[Path]) -> str:
+    """A short sha256 over the files' names and contents (the engine's code version)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def engine_fingerprint(engine: Engine) -> dict[str, Any]:
+    """An engine's identity in a checkpoint's protocol: its name, configuration (its dataclass `config`, if
+    any), cuemem's version and a digest of its code; a change in any of them reruns the conversation."""
+    config = getattr(engine, "config", None)
+    settings = dataclasses.asdict(config) if dataclasses.is_dataclass(config) and not isinstance(config, type) else None
+    fields = {"name": engine.name, "config": settings, "version": __version__,
+              "code": source_digest(engine_sources(engine))}  # fmt: skip
+    return json.loads(json.dumps(fields, sort_keys=True, default=str))
+
+
+def reusable(record: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """A checkpoint is reused when it was made under the same protocol (those written before checkpoints
+    recorded it are taken as they are)."""
+    return record.get("protocol", wanted) == wanted
