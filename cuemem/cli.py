@@ -26,7 +26,7 @@ from .engines import available_engines
 from .errors import CuememError
 from .formats import locomo_turns, read_locomo
 from .llm import LLMClient, make_client
-from .memory import INGEST_BATCH, Memory
+from .memory import Memory
 from .types import Namespace, Retrieval
 
 app = typer.Typer(help="cuemem: long-term memory for LLM agents.", no_args_is_help=True, add_completion=False)
@@ -198,49 +198,10 @@ def ingest(
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest a conversation file; bad lines are reported with their numbers and every good line is kept."""
-    if file_format == "auto":
-        file_format = sniff_format(path)
-    summary: dict[str, Any] = {"added": 0, "skipped": 0, "errors": []}
     with _memory() as memory:
-        if file_format == "locomo":
-            samples = [s for s in read_locomo(path) if not sample or s.get("sample_id") in sample]
-            for s in samples:
-                turns = locomo_turns(s)
-                sid = str(s.get("sample_id", "sample"))
-                user = user_id or sid
-                run = run_id or (sid if user_id and len(samples) > 1 else None)
-                with progress_bar(f"ingest {sid}", len(turns)) as advance:
-                    for start in range(0, len(turns), INGEST_BATCH):
-                        chunk = turns[start : start + INGEST_BATCH]
-                        result = memory.add(chunk, user_id=user, agent_id=agent_id, run_id=run, on_error="skip")
-                        summary["added"] += len(result.added)
-                        summary["skipped"] += len(result.skipped)
-                        summary["errors"] += [[chunk[i].id, why] for i, why in result.rejected]
-                        advance(len(chunk))
-        elif file_format == "jsonl":
-            lines = path.read_bytes().splitlines()
-            with progress_bar(f"ingest {path.name}", len(lines)) as advance:
-                report = memory.import_(lines, user_id=user_id, agent_id=agent_id, run_id=run_id, progress=advance)
-            summary.update(added=report.added, skipped=report.skipped, errors=report.errors)
-        else:
-            raise CuememError(f"unknown format {file_format!r}: choose auto, jsonl or locomo")
-    _report(summary, as_json)
-
-
-def sniff_format(path: Path) -> str:
-    """ "locomo" when the file is one JSON document (a list of samples, or a sample with a "conversation"),
-    else "jsonl". Only a file that starts like JSON is parsed whole; a JSONL file fails at its second line."""
-    with path.open("rb") as fh:
-        head = fh.read(64).lstrip()
-    if head[:1] == b"[":
-        return "locomo"
-    if head[:1] == b"{":
-        try:
-            data = json.loads(path.read_bytes())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return "jsonl"
-        return "locomo" if isinstance(data, dict) and "conversation" in data else "jsonl"
-    return "jsonl"
+        report = memory.ingest_file(path, file_format=file_format, user_id=user_id, agent_id=agent_id,
+                                    run_id=run_id, samples=sample, progress=progress_bar)  # fmt: skip
+    _report({"added": report.added, "skipped": report.skipped, "errors": report.errors}, as_json)
 
 
 SHOWN_ERRORS = 20
@@ -360,18 +321,23 @@ def llm_choose(
 @llm_app.command("stats")
 @handles_errors
 def llm_stats(as_json: JsonOpt = False) -> None:
-    """Model calls in the call log (the cache), per backend, stage and method, with tokens and seconds."""
+    """Model calls in the call logs, per backend, stage and method, with tokens and seconds: those made for a
+    namespace (cached in the store, "store") and unscoped ones (the llm_cache file, "file")."""
     client = _client()
-    rows = client.cache.summary() if client.cache else []
+    rows = [{"cache": "file", **r} for r in (client.cache.summary() if client.cache else [])]
+    settings = Settings.load(state.config, db=state.db)
+    if settings.db.is_file():
+        with Memory(settings=settings, read_only=True) as memory:
+            rows += [{"cache": "store", **r} for r in memory.store.call_summary()]
     if as_json:
         console.print_json(data=rows)
         return
     table = Table(box=None, header_style="bold")
-    for col in ("backend", "stage", "method", "calls", "prompt tok", "completion tok", "seconds"):
-        table.add_column(col, justify="left" if col in ("backend", "stage", "method") else "right")
+    for col in ("cache", "backend", "stage", "method", "calls", "prompt tok", "completion tok", "seconds"):
+        table.add_column(col, justify="left" if col in ("cache", "backend", "stage", "method") else "right")
     for r in rows:
         numbers = (str(r["calls"]), str(r["prompt_tokens"]), str(r["completion_tokens"]), f"{r['seconds']:.1f}")
-        table.add_row(r["backend"], r["stage"], r["method"], *numbers)
+        table.add_row(Text(r["cache"]), Text(r["backend"]), Text(r["stage"]), Text(r["method"]), *numbers)
     console.print(table)
 
 
@@ -584,11 +550,16 @@ def _judge_settings(backend: str | None) -> dict[str, Any] | None:
     return settings
 
 
+DEMO_K = 5  # the demo's own figure: fixed, so that its README output is reproducible whatever CUEMEM_K says
+
+
 @app.command()
 @handles_errors
 def demo(
     db: Annotated[Path | None, typer.Option(help="Store file (default: a fresh temporary one).")] = None,
-    k: Annotated[int | None, typer.Option("-k", help="Hits per question (default: setting k).")] = None,
+    k: Annotated[
+        int, typer.Option("-k", help="Hits per question (5: the shipped 135M reader cites best from few hits).")
+    ] = DEMO_K,
     answers: Annotated[bool, typer.Option("--answers/--no-answers", help="Answer with the model too.")] = True,
 ) -> None:
     """Ingest the shipped sample conversation and answer its questions with cited turns."""
@@ -600,7 +571,6 @@ def demo(
     path = db or Path(tmp.name) / "demo.db"  # type: ignore[union-attr]
     with _memory(db=path) as memory:
         user = "maya"
-        k = memory.settings.k if k is None else k
         console.rule(f"cuemem demo — engine [bold]{memory.engine.name}[/bold], store {path}")
         sessions = len({t.session_id for t in turns})
         console.print(f"Ingesting {len(turns)} turns from {sessions} sessions of '{sample['sample_id']}' ...")

@@ -1,9 +1,12 @@
-"""Readers for conversation files: LoCoMo-format JSON (a list of samples, or one sample) into Turns."""
+"""Readers for conversation files: JSONL (one turn per line, the export format) and LoCoMo-format JSON (a list
+of samples, or one sample). `Memory.ingest_file` drives them; the CLI only shows progress and the report."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +63,52 @@ def locomo_turns(sample: dict[str, Any]) -> list[Turn]:
                 )
             )
     return turns
+
+
+@dataclass
+class ImportReport:
+    """What an import or ingest did: turns added, turns already stored, and each rejected line or turn (by line
+    number for JSONL, by turn id for LoCoMo) with the reason."""
+
+    added: int = 0
+    skipped: int = 0
+    errors: list[tuple[int | str, str]] = field(default_factory=list)
+
+
+def sniff_format(path: str | Path) -> str:
+    """ "locomo" when the file is one JSON document (a list of samples, or a sample with a "conversation"),
+    else "jsonl". Only a file that starts like JSON is parsed whole; a JSONL file fails at its second line."""
+    path = Path(path)
+    with path.open("rb") as fh:
+        head = fh.read(64).lstrip()
+    if head[:1] == b"[":
+        return "locomo"
+    if head[:1] == b"{":
+        try:
+            data = json.loads(path.read_bytes())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return "jsonl"
+        return "locomo" if isinstance(data, dict) and "conversation" in data else "jsonl"
+    return "jsonl"
+
+
+def iter_jsonl(lines: Iterable[str | bytes], report: ImportReport) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each good line; malformed lines go to `report.errors` with their number."""
+    for lineno, raw in enumerate(lines, start=1):
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                report.errors.append((lineno, f"not valid UTF-8 (byte {exc.start})"))
+                continue
+        if not raw.strip():
+            continue
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            report.errors.append((lineno, f"malformed JSON: {exc.msg} at column {exc.colno}"))
+            continue
+        if not isinstance(data, dict):
+            report.errors.append((lineno, f"expected a JSON object, got {type(data).__name__}"))
+            continue
+        yield lineno, data

@@ -13,7 +13,8 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -25,6 +26,7 @@ from .embed.base import Embedder
 from .engines import Engine, EngineContext, get_engine
 from .engines.base import StoreCallCache
 from .errors import CuememError, ImportFormatError, InvalidTurnError, TurnNotFoundError
+from .formats import ImportReport, iter_jsonl, locomo_turns, read_locomo, sniff_format
 from .index.budget import pack
 from .index.live import IndexCache
 from .index.tokens import TokenCounter, default_counter
@@ -36,6 +38,8 @@ from .types import Answer, Namespace, Retrieval, Turn
 log = logging.getLogger(__name__)
 
 Message = str | bytes | Mapping[str, Any] | Turn
+# (label, total) -> a context yielding advance(n): how long file ingestion shows progress (the CLI passes a bar).
+ProgressFactory = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
 INGEST_BATCH = 256  # turns per engine ingest call: bounds memory and gives progress bars a pulse
 
 
@@ -506,7 +510,48 @@ class Memory:
                 self._sync(self.engine, ns, namespace)  # type: ignore[arg-type]
                 if progress:
                     progress(len(chunk))
-        report.errors.sort()
+        report.errors.sort(key=lambda e: (str(type(e[0])), e[0]))
+        return report
+
+    def ingest_file(
+        self,
+        path: str | Path,
+        *,
+        file_format: str = "auto",
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        samples: Sequence[str] | None = None,
+        progress: ProgressFactory | None = None,
+    ) -> ImportReport:
+        """Ingest a conversation file: JSONL (the export format; a bad line is reported by number and every good
+        one kept) or LoCoMo JSON (each sample into namespace `user_id` or, by default, its sample id; with a
+        user_id and several samples, each sample becomes a run). `file_format` is auto, jsonl or locomo."""
+        path = Path(path)
+        if file_format == "auto":
+            file_format = sniff_format(path)
+        bar = progress or (lambda label, total: nullcontext(lambda n: None))
+        if file_format == "jsonl":
+            lines = path.read_bytes().splitlines()
+            with bar(f"ingest {path.name}", len(lines)) as advance:
+                return self.import_(lines, user_id=user_id, agent_id=agent_id, run_id=run_id, progress=advance)
+        if file_format != "locomo":
+            raise CuememError(f"unknown format {file_format!r}: choose auto, jsonl or locomo")
+        report = ImportReport()
+        chosen = [s for s in read_locomo(path) if not samples or s.get("sample_id") in samples]
+        for sample in chosen:
+            turns = locomo_turns(sample)
+            sid = str(sample.get("sample_id", "sample"))
+            user = user_id or sid
+            run = run_id or (sid if user_id and len(chosen) > 1 else None)
+            with bar(f"ingest {sid}", len(turns)) as advance:
+                for start in range(0, len(turns), INGEST_BATCH):
+                    chunk = turns[start : start + INGEST_BATCH]
+                    result = self.add(chunk, user_id=user, agent_id=agent_id, run_id=run, on_error="skip")
+                    report.added += len(result.added)
+                    report.skipped += len(result.skipped)
+                    report.errors += [(chunk[i].id, why) for i, why in result.rejected]
+                    advance(len(chunk))
         return report
 
 
@@ -514,35 +559,6 @@ def _spec(engine: Engine) -> DerivedSpec:
     """An engine's declared derived state; an engine (plugin) that declares none is rebuilt after any delete."""
     spec = getattr(engine, "derived", None)
     return spec if isinstance(spec, DerivedSpec) else DerivedSpec(engine.name, (), "rebuild")
-
-
-@dataclass
-class ImportReport:
-    added: int = 0
-    skipped: int = 0
-    errors: list[tuple[int, str]] = field(default_factory=list)
-
-
-def iter_jsonl(lines: Iterable[str | bytes], report: ImportReport) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each good line; malformed lines go to `report.errors` with their number."""
-    for lineno, raw in enumerate(lines, start=1):
-        if isinstance(raw, bytes):
-            try:
-                raw = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                report.errors.append((lineno, f"not valid UTF-8 (byte {exc.start})"))
-                continue
-        if not raw.strip():
-            continue
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            report.errors.append((lineno, f"malformed JSON: {exc.msg} at column {exc.colno}"))
-            continue
-        if not isinstance(data, dict):
-            report.errors.append((lineno, f"expected a JSON object, got {type(data).__name__}"))
-            continue
-        yield lineno, data
 
 
 def _namespace_of_line(data: dict[str, Any], default: Namespace | None) -> Namespace:
