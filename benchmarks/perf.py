@@ -155,8 +155,8 @@ def phase_search(engine: str, db: str, queries: int) -> dict:
 def phase_backends(n: int, queries: int) -> dict:
     """Candidate implementations of the two searches, on the same data: which one the store uses, and why."""
     from cuemem.index.bm25 import BM25Index
-    from cuemem.store.vectors import DenseIndex
     from cuemem.index.text import analyze
+    from cuemem.store.vectors import DenseIndex
 
     turns = turns_for(n)
     _, questions = source_turns()

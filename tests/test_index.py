@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pytest
 
+from cuemem.embed.cached import embed_texts_cached
 from cuemem.index.bm25 import BM25Index
 from cuemem.index.budget import pack
-from cuemem.embed.cached import embed_texts_cached
-from cuemem.store.vectors import DenseIndex
 from cuemem.index.fusion import reciprocal_rank_fusion
 from cuemem.index.text import analyze
 from cuemem.index.tokens import TokenCounter, minilm_dir
+from cuemem.store.vectors import DenseIndex
 from cuemem.types import Hit
 
 
