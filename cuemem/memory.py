@@ -422,6 +422,15 @@ class Memory:
             self.indexes.drop(ns)
         return deleted
 
+    def engine_stats(
+        self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None, engine: str | None = None
+    ) -> dict[str, Any]:
+        """What the engine reports about a namespace (e.g. STITCH's steps and model-mode fallbacks); {} if none."""
+        namespace = Namespace(user_id, agent_id, run_id)
+        chosen = self._engine(engine)
+        stats = getattr(chosen, "stats", None)
+        return dict(stats(self._context(self.store.namespace_id(namespace), namespace))) if stats else {}
+
     def checkpoint(self) -> None:
         """Fold the write-ahead log into the store file and truncate it: after a delete, no page of the deleted
         turns is left in either file (freed pages are zeroed: secure_delete)."""

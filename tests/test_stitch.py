@@ -345,5 +345,7 @@ def test_model_mode_falls_back_to_model_free_labels_when_the_model_fails(make_me
         assert len(backend.requests) <= 2  # once down, the batch stops asking (at most one try per chunk)
     else:
         assert len(backend.requests) > 10  # invalid output is per call: the model is asked again next step
+    fallbacks = memory.engine_stats(user_id="u")["llm_fallbacks"]  # counted and reported, not silent
+    assert fallbacks >= 24 * 3  # at least scope, entity types and events of each of the 24 steps went model-free
     hits = memory.search("When did Theo buy the guitar?", user_id="u", k=3).hits
     assert hits and hits[0].detail["filter"]["entity_types"][:1] == ["Date"]  # the model-free filter

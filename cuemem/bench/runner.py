@@ -92,8 +92,9 @@ def run_conversation(
                 record[f"session_recall@{k}"] = evidence_recall(sessions, q.evidence_sessions, k)
         if config.answer:  # the reader sees the same ranking, packed into the answer budget (no second search)
             context = replace(result, hits=pack(result.hits, answer_budget), budget_tokens=answer_budget)
-            with memory.llm.stage("query"):
-                reply = read(memory.llm, q.text, context, now=q.date, abstain=ABSTAIN[config.dataset])
+            reader = memory.llm_for(memory.store.namespace_id(memory.namespace(user)))  # cached with the namespace
+            with reader.stage("query"):
+                reply = read(reader, q.text, context, now=q.date, abstain=ABSTAIN[config.dataset])
             record["prediction"] = reply.text
             record["cited"] = reply.cited_turn_ids
             record["gold"] = q.answer
@@ -112,6 +113,7 @@ def run_conversation(
         "conversation": conv.id,
         "turns": len(conv.turns),
         "ingest_seconds": ingest_seconds,
+        "engine": memory.engine_stats(user_id=user),  # e.g. stitch-llm's labels that fell back to model-free
         "llm": {
             stage: {k: v - llm_before.get(stage, {}).get(k, 0) for k, v in s.items()} for stage, s in llm_after.items()
         },

@@ -114,10 +114,10 @@ def falls_back(method: M) -> M:
             try:
                 return method(self, *args, **kwargs)
             except LLMError as exc:
-                self.fallbacks += 1
                 self.unavailable = isinstance(exc, LLMUnavailableError)
-                if self.fallbacks == 1:
+                if self.fallbacks == 0:
                     log.warning("stitch-llm: the model failed (%s); labelling model-free where it does", exc)
+        self.fallbacks += 1  # every answer given model-free, counted and reported (engine stats, bench results)
         return getattr(ModelFreeLabeller, name)(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
