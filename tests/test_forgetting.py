@@ -1,0 +1,227 @@
+"""Forgetting (DESIGN.md promise 1, issue 10): for every engine, a deleted turn leaves no trace — not in any search
+result, not in any prompt sent to the model, and not in a single byte of the store's files or the model-call cache
+after a checkpoint. Derived text that quotes a deleted turn (a resolved reference, a gist, a window) goes with it,
+and deleting a user reaches all of that user's agent and run namespaces."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from conftest import ENGINES, checkpoint, files_containing, local_http_server, open_memory, send_json
+from fakes import FakeBackend
+
+from cuemem import Memory, Namespace, Settings, UnknownNamespaceError
+from cuemem.embed import HashingEmbedder
+from cuemem.llm import LLMClient
+
+QUESTION = "What is the code for my locker?"
+ORDINARY = [
+    {"id": "o1", "speaker": "Maya", "text": "We are planning a trip to Porto in May."},
+    {"id": "o2", "speaker": "Theo", "text": "I will look for train tickets on Friday."},
+    {"id": "o3", "speaker": "Maya", "text": "The gym changed my locker to a bigger one."},
+]
+BOB = [{"id": "b1", "speaker": "Bob", "text": "My locker at work has a blue door."}]
+
+
+def make_secret(request: pytest.FixtureRequest) -> str:
+    """A token found nowhere else, the same on every run of the same test (failures reproduce)."""
+    return "zqx" + hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:24]
+
+
+def secret_turns(secret: str) -> list[dict[str, str]]:
+    """The secret and a later turn of the same session that refers back to it ("it")."""
+    return [
+        {"id": "secret", "speaker": "Maya", "text": f"The code for my locker is {secret}, please remember it."},
+        {"id": "after", "speaker": "Theo", "text": "Did you write it down somewhere safe?"},
+    ]
+
+
+def hit_texts(memory: Memory, query: str, namespace: Namespace) -> list[str]:
+    """Texts of everything a search returns in the namespace ([] once the namespace is gone)."""
+    try:
+        result = memory.search(query, k=50, budget_tokens=100_000, **namespace.as_dict())
+    except UnknownNamespaceError:
+        return []
+    return [hit.text for hit in result.hits]
+
+
+def assert_forgotten(memory: Memory, backend: FakeBackend, root: Path, needle: str, question: str) -> None:
+    """No search result in any namespace, no prompt of a fresh answer, no byte of any file holds `needle`."""
+    namespaces = [namespace for namespace, _ in memory.namespaces()]
+    for namespace in namespaces:
+        for query in (question, needle):
+            leaked = [t for t in hit_texts(memory, query, namespace) if needle in t]
+            assert not leaked, f"search {query!r} in ({namespace}) still returns deleted text: {leaked}"
+    backend.clear()
+    for namespace in namespaces:
+        memory.answer(question, **namespace.as_dict())
+    assert needle not in backend.prompts(), f"a fresh answer's prompt still carries {needle!r}:\n{backend.prompts()}"
+    checkpoint(memory)
+    leaks = files_containing(root, needle)
+    assert not leaks, f"deleted text {needle!r} is still on disk after a checkpoint: {leaks}"
+
+
+DELETIONS = ["turn", "session", "namespace", "user"]
+
+
+@pytest.mark.parametrize("deletion", DELETIONS)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_deleted_secret_leaves_no_trace(tmp_path: Path, engine: str, deletion: str, request):
+    secret = make_secret(request)
+    backend = FakeBackend()
+    with open_memory(tmp_path / "mem.db", engine, llm=LLMClient(backend)) as memory:
+        # "user": the secret lives in a run namespace, and deleting the user must reach it.
+        namespace = Namespace("alice", "agent1", "r1") if deletion == "user" else Namespace("alice")
+        where = namespace.as_dict()
+        memory.add(ORDINARY, session_id="s1", **where)
+        memory.add(secret_turns(secret), session_id="sx", **where)
+        memory.add(BOB, user_id="bob", session_id="s1")
+        if deletion == "user":
+            memory.add(ORDINARY, user_id="alice", session_id="s1")
+        seen = hit_texts(memory, QUESTION, namespace)
+        assert any(secret in t for t in seen), f"the secret should be retrievable before the delete: {seen}"
+        memory.answer(QUESTION, **where)  # the model sees it (and any cache of model calls with it)
+        assert secret in backend.prompts()
+
+        if deletion == "turn":
+            memory.delete("secret", **where)
+        elif deletion == "session":
+            assert memory.delete_session("sx", **where) == 2
+        elif deletion == "namespace":
+            memory.delete_all(**where)
+        else:
+            memory.delete_all(user_id="alice")
+        assert_forgotten(memory, backend, tmp_path, secret, QUESTION)
+
+
+APOLLO = [
+    {"id": "a1", "speaker": "Maya", "text": "We booked the Apollo Hotel in Lisbon for the conference week."},
+    {"id": "a2", "speaker": "Theo", "text": "Did you book it for the whole week?"},
+    {"id": "a3", "speaker": "Maya", "text": "Yes, from Monday to Friday, breakfast included."},
+]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_derived_text_quoting_a_deleted_turn_goes_with_it(tmp_path: Path, engine: str):
+    """Issue 10, defect 1: stitch resolves "it" in a2 to a1's "Apollo Hotel; Lisbon"; deleting a1 must remove that
+    from a2's stored summary, from stitch's state (recent steps, gist, segment vectors) and from the file."""
+    backend = FakeBackend()
+    with open_memory(tmp_path / "mem.db", engine, llm=LLMClient(backend)) as memory:
+        memory.add(APOLLO, user_id="maya", session_id="trip")
+        memory.add({"id": "z1", "speaker": "Maya", "text": "The cat needs food."}, user_id="maya", session_id="home")
+        question = "Did they book the hotel for the whole week?"
+        assert any("Apollo" in t for t in hit_texts(memory, question, Namespace("maya")))
+        memory.answer(question, user_id="maya")
+        memory.delete("a1", user_id="maya")
+        for needle in ("Apollo", "Lisbon"):
+            assert_forgotten(memory, backend, tmp_path, needle, question)
+
+
+def test_delete_all_of_a_user_reaches_every_agent_and_run_namespace(tmp_path: Path):
+    with open_memory(tmp_path / "mem.db", "hybrid") as memory:
+        layout = {
+            Namespace("alice"): 2,
+            Namespace("alice", "agent1"): 3,
+            Namespace("alice", "agent1", "r1"): 1,
+            Namespace("alice", "agent2", "r9"): 2,
+            Namespace("alicex"): 1,  # another user whose name starts the same
+            Namespace("bob", "alice"): 1,  # an agent called alice under another user
+            Namespace("bob"): 1,
+        }
+        for n, (namespace, count) in enumerate(layout.items()):
+            turns = [{"id": f"n{n}t{i}", "text": f"note {i} about the hotel"} for i in range(count)]
+            memory.add(turns, **namespace.as_dict())
+        result = memory.delete_all(user_id="alice")
+        left = {namespace for namespace, _ in memory.namespaces()}
+        assert left == {Namespace("alicex"), Namespace("bob", "alice"), Namespace("bob")}, (
+            f"delete_all(user_id='alice') left {sorted(left, key=str)} (and returned {result!r})"
+        )
+        assert isinstance(result, list) and dict(result) == {ns: c for ns, c in layout.items() if ns.user_id == "alice"}
+        for namespace in layout:
+            if namespace.user_id == "alice":
+                with pytest.raises(UnknownNamespaceError):
+                    memory.search("hotel", **namespace.as_dict())
+        # A user with agent namespaces only (nothing under the bare user) is deleted all the same.
+        memory.add({"id": "c", "text": "a note"}, user_id="carol", agent_id="helper", run_id="r1")
+        assert memory.delete_all(user_id="carol") == [(Namespace("carol", "helper", "r1"), 1)]
+
+
+def test_delete_all_of_an_agent_reaches_its_runs_only(tmp_path: Path):
+    with open_memory(tmp_path / "mem.db", "bm25") as memory:
+        for namespace in (Namespace("alice"), Namespace("alice", "agent1"), Namespace("alice", "agent1", "r1"),
+                          Namespace("alice", "agent1", "r2"), Namespace("alice", "agent2")):  # fmt: skip
+            memory.add({"id": "t", "text": "note about the hotel"}, **namespace.as_dict())
+        result = memory.delete_all(user_id="alice", agent_id="agent1")
+        left = {namespace for namespace, _ in memory.namespaces()}
+        assert left == {Namespace("alice"), Namespace("alice", "agent2")}, (
+            f"delete_all(user_id='alice', agent_id='agent1') left {sorted(left, key=str)}, returned {result!r}"
+        )
+        assert {ns for ns, _ in result} == {Namespace("alice", "agent1"), Namespace("alice", "agent1", "r1"),
+                                            Namespace("alice", "agent1", "r2")}  # fmt: skip
+
+
+def test_checkpoint_empties_the_wal(tmp_path: Path):
+    with open_memory(tmp_path / "mem.db", "bm25") as memory:
+        memory.add([{"id": f"t{i}", "text": f"turn {i} " + "words " * 50} for i in range(50)], user_id="u")
+        wal = tmp_path / "mem.db-wal"
+        assert wal.exists() and wal.stat().st_size > 0
+        memory.checkpoint()
+        assert not wal.exists() or wal.stat().st_size == 0
+        assert len(memory.turns(user_id="u")) == 50
+
+
+# --------------------------------------------------------------------------- the model-call cache, as users get it
+class OpenAICompatible(BaseHTTPRequestHandler):
+    """A minimal OpenAI-compatible endpoint: chat replies "Paris.", constrained choices pick the first option."""
+
+    prompts: ClassVar[list[str]] = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).prompts.append(json.dumps(body["messages"]))
+        content = "Paris."
+        fmt = body.get("response_format")
+        if fmt:
+            choice = fmt["json_schema"]["schema"]["properties"]["choice"]
+            options = choice["enum"] if "enum" in choice else choice["items"]["enum"][: choice["minItems"]]
+            content = json.dumps({"choice": options[0] if "enum" in choice else options})
+        usage = {"prompt_tokens": 7, "completion_tokens": 3}
+        payload = {"choices": [{"message": {"content": content}}], "usage": usage}
+        send_json(self, 200, json.dumps(payload).encode())
+
+
+@pytest.mark.parametrize("deletion", ["turn", "namespace"])
+def test_the_model_call_cache_forgets_deleted_turns(tmp_path: Path, deletion: str, request):
+    """Issue 10, defect 3: with a model client built from settings (llm="openai", llm_cache=...), the prompts of
+    `answer` were cached in one global llm-calls.db, deleted turns' text included, and no delete purged them."""
+    secret = make_secret(request)
+    with local_http_server(OpenAICompatible) as url:
+        settings = Settings.load(
+            db=tmp_path / "mem.db",
+            engine="hybrid",
+            llm="openai",
+            llm_base_url=url,
+            llm_api_key="sk-test",
+            llm_retries=0,
+            llm_cache=str(tmp_path / "llm-calls.db"),
+        )
+        OpenAICompatible.prompts = []
+        with Memory(embedder=HashingEmbedder(), settings=settings) as memory:  # the client is made from settings
+            memory.add(ORDINARY + secret_turns(secret), user_id="alice", session_id="s1")
+            memory.answer(QUESTION, user_id="alice")
+            assert any(secret in prompt for prompt in OpenAICompatible.prompts)  # the endpoint saw it
+            if deletion == "turn":
+                memory.delete("secret", user_id="alice")
+            else:
+                memory.delete_all(user_id="alice")
+            checkpoint(memory)
+            leaks = files_containing(tmp_path, secret)
+            assert not leaks, f"a deleted turn's text is still in the files after a checkpoint: {leaks}"

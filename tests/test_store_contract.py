@@ -1,0 +1,387 @@
+"""The store contract (issue 10, defect 4 and "Forgetting everywhere"): opening a store to read never writes and never
+waits for a writer; a file of another application or of a newer cuemem is refused untouched; an old store is migrated
+and keeps every turn; deleted text leaves the file (secure_delete); history keeps no guessable content hash."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import sqlite3
+import stat
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import ENGINES, TRIP, checkpoint, files_containing, open_memory
+
+from cuemem.store.sqlite import SQLiteStore, StoreError
+
+AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0  # root ignores file modes: chmod cannot make a file read-only
+
+
+def make_store(path: Path, engine: str = "hybrid") -> None:
+    """A small, fully indexed store, closed (its WAL folded back into the main file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open_memory(path, engine) as memory:
+        memory.add(TRIP, user_id="alice", session_id="s1", timestamp="3 March 2024")
+        memory.add({"id": "b1", "text": "Bob keeps his bike in the hall."}, user_id="bob", agent_id="a1")
+        memory.search("hotel", user_id="alice")
+        memory.search("bike", user_id="bob", agent_id="a1")
+
+
+def tables(path: Path) -> list[str]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return sorted(r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'"))
+    finally:
+        con.close()
+
+
+def snapshot(path: Path) -> tuple[bytes, int]:
+    return path.read_bytes(), path.stat().st_mtime_ns
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_reading_a_read_only_store_never_writes(tmp_path: Path, engine: str):
+    """Memory(path, read_only=True): search, export, namespaces, turns, history work on a file that may not be written
+    (made read-only with chmod, or, as root, watched byte for byte), and every write raises StoreError."""
+    db = tmp_path / "store" / "mem.db"
+    make_store(db, engine)
+    before = snapshot(db)
+    modes = {p: p.stat().st_mode for p in (db, db.parent)}
+    if not AS_ROOT:
+        db.chmod(stat.S_IRUSR | stat.S_IRGRP)
+        db.parent.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        with open_memory(db, engine, read_only=True, llm_cache=str(tmp_path / "llm-calls.db")) as memory:
+            assert "d3" in memory.search("allergic to shellfish", user_id="alice", k=4).turn_ids
+            memory.answer("Who is allergic to shellfish?", user_id="alice")
+            assert memory.export(io.StringIO()) == 5
+            assert {ns.user_id for ns, _ in memory.namespaces()} == {"alice", "bob"}
+            assert len(memory.turns(user_id="alice")) == 4 and memory.history(user_id="alice")
+            writes: list[Callable[[], object]] = [
+                lambda: memory.add({"id": "new", "text": "a new turn"}, user_id="alice"),
+                lambda: memory.add({"id": "new", "text": "a new turn"}, user_id="carol"),
+                lambda: memory.delete("d1", user_id="alice"),
+                lambda: memory.delete_session("s1", user_id="alice"),
+                lambda: memory.delete_all(user_id="bob"),
+                lambda: memory.reindex(user_id="alice"),
+            ]
+            for write in writes:
+                with pytest.raises(StoreError):
+                    write()
+            assert len(memory.turns(user_id="alice")) == 4
+        with SQLiteStore(db, read_only=True) as store:
+            assert len(store.namespaces()) == 2
+    finally:
+        for path, mode in modes.items():
+            path.chmod(mode)
+    assert snapshot(db) == before, "a read-only open changed the store file"
+
+
+@pytest.mark.parametrize("mode", ["open", "read_only"])
+def test_a_read_does_not_wait_for_a_writer(tmp_path: Path, mode: str):
+    """Another connection holds a write transaction: opening the store and reading must not queue behind it. Today
+    every open writes (schema script, meta row), so a plain read waited busy_timeout (30 s) and then failed."""
+    db = tmp_path / "mem.db"
+    make_store(db, "bm25")
+    outcome: dict[str, object] = {}
+
+    def read() -> None:
+        start = time.perf_counter()
+        try:
+            if mode == "open":  # an ordinary Memory, used only to read
+                with open_memory(db, "bm25") as memory:
+                    memory.namespaces()
+                    memory.turns(user_id="alice")
+                    memory.get("d1", user_id="alice")
+                    memory.export(io.StringIO(), user_id="alice")
+                    memory.history(user_id="alice")
+            else:
+                with open_memory(db, "bm25", read_only=True) as memory:
+                    memory.search("hotel", user_id="alice")
+                    memory.export(io.StringIO())
+                    memory.namespaces()
+        except Exception as exc:
+            outcome["error"] = exc
+        outcome["seconds"] = time.perf_counter() - start
+
+    writer = sqlite3.connect(db, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # holds the write lock until ROLLBACK
+    reader = threading.Thread(target=read)
+    reader.start()
+    reader.join(2.0)
+    blocked = reader.is_alive()
+    writer.execute("ROLLBACK")
+    writer.close()
+    reader.join(60)
+    assert not blocked, f"the read waited behind another connection's write transaction ({outcome})"
+    assert "error" not in outcome, outcome
+    assert outcome["seconds"] < 1.5  # type: ignore[operator]
+
+
+def foreign_tables(path: Path) -> None:
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE customers(id INTEGER PRIMARY KEY, name TEXT NOT NULL)")
+    con.execute("INSERT INTO customers(name) VALUES('Ada'), ('Grace')")
+    con.commit()
+    con.close()
+
+
+def foreign_meta(path: Path) -> None:
+    """Another application that also calls its key-value table `meta`."""
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    con.execute("INSERT INTO meta VALUES('app', 'inventory'), ('version', '7')")
+    con.execute("CREATE TABLE items(sku TEXT PRIMARY KEY, stock INTEGER)")
+    con.commit()
+    con.close()
+
+
+def not_sqlite(path: Path) -> None:
+    path.write_text("name,stock\nbolt,12\n" * 200)
+
+
+@pytest.mark.parametrize("make", [foreign_tables, foreign_meta, not_sqlite], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read_only"])
+def test_a_file_of_another_application_is_refused_untouched(tmp_path: Path, make, read_only: bool):
+    db = tmp_path / "other.db"
+    make(db)
+    before = db.read_bytes()
+    error: Exception | None = None
+    try:
+        kwargs = {"read_only": True} if read_only else {}
+        open_memory(db, "bm25", **kwargs).close()
+    except Exception as exc:
+        error = exc
+    changed = db.read_bytes() != before
+    assert isinstance(error, StoreError) and not changed, (
+        f"a file that is not a cuemem store was {'opened' if error is None else f'refused with {error!r}'} and"
+        f" {'changed (tables now: ' + ', '.join(tables(db)) + ')' if changed else 'left as it was'}"
+    )
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read_only"])
+def test_a_store_of_a_newer_schema_is_refused_untouched(tmp_path: Path, read_only: bool):
+    db = tmp_path / "mem.db"
+    make_store(db, "bm25")
+    con = sqlite3.connect(db)
+    con.execute("UPDATE meta SET value='999' WHERE key='schema_version'")
+    con.commit()
+    con.close()
+    before = db.read_bytes()
+    error: Exception | None = None
+    try:
+        kwargs = {"read_only": True} if read_only else {}
+        open_memory(db, "bm25", **kwargs).close()
+    except Exception as exc:
+        error = exc
+    assert isinstance(error, StoreError), f"a store of schema version 999 was opened ({error!r})"
+    assert "999" in str(error), f"the error should name the file's schema version: {error}"
+    assert db.read_bytes() == before
+
+
+# The version-1 schema, as cuemem 0.1.0 wrote it (cuemem/store/sqlite.py at commit 1175fd8): a fixture, frozen here.
+SCHEMA_V1 = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS namespaces(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    user_id TEXT NOT NULL,
+    agent_id TEXT NOT NULL DEFAULT '',
+    run_id TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL,
+    UNIQUE(user_id, agent_id, run_id)
+);
+-- The durable log: rows are inserted and deleted, never updated.
+CREATE TABLE IF NOT EXISTS turns(
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    ns INTEGER NOT NULL REFERENCES namespaces(id),
+    turn_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    speaker TEXT NOT NULL,
+    text TEXT NOT NULL,
+    timestamp TEXT,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    added_at REAL NOT NULL,
+    UNIQUE(ns, turn_id)
+);
+CREATE INDEX IF NOT EXISTS turns_by_ns ON turns(ns, seq);
+CREATE INDEX IF NOT EXISTS turns_by_session ON turns(ns, session_id, seq);
+-- Derived documents that engines index (a turn, a window, a record ...), in named spaces.
+CREATE TABLE IF NOT EXISTS items(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ns INTEGER NOT NULL REFERENCES namespaces(id),
+    space TEXT NOT NULL,
+    key TEXT NOT NULL,
+    text TEXT NOT NULL,
+    meta TEXT NOT NULL DEFAULT '{}',
+    tokens INTEGER NOT NULL DEFAULT 0,
+    UNIQUE(ns, space, key)
+);
+CREATE INDEX IF NOT EXISTS items_by_space ON items(ns, space, id);
+-- Provenance: which turns an item came from.
+CREATE TABLE IF NOT EXISTS item_turns(
+    item INTEGER NOT NULL REFERENCES items(id) ON DELETE CASCADE,
+    ns INTEGER NOT NULL,
+    turn_seq INTEGER NOT NULL,
+    PRIMARY KEY(item, turn_seq)
+);
+CREATE INDEX IF NOT EXISTS item_turns_by_turn ON item_turns(ns, turn_seq);
+CREATE TABLE IF NOT EXISTS vectors(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    item INTEGER NOT NULL REFERENCES items(id) ON DELETE CASCADE,
+    ns INTEGER NOT NULL,
+    space TEXT NOT NULL,
+    model TEXT NOT NULL,
+    text_hash TEXT NOT NULL,
+    vec BLOB NOT NULL,
+    UNIQUE(item, model)
+);
+CREATE INDEX IF NOT EXISTS vectors_by_space ON vectors(ns, space, model, id);
+CREATE TABLE IF NOT EXISTS labels(
+    item INTEGER NOT NULL REFERENCES items(id) ON DELETE CASCADE,
+    ns INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    label TEXT NOT NULL,
+    PRIMARY KEY(item, kind, label)
+);
+CREATE INDEX IF NOT EXISTS labels_by_label ON labels(ns, kind, label);
+CREATE TABLE IF NOT EXISTS kv(
+    ns INTEGER NOT NULL REFERENCES namespaces(id),
+    engine TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY(ns, engine, key)
+);
+CREATE TABLE IF NOT EXISTS embed_cache(
+    ns INTEGER NOT NULL REFERENCES namespaces(id),
+    model TEXT NOT NULL,
+    text_hash TEXT NOT NULL,
+    vec BLOB NOT NULL,
+    PRIMARY KEY(ns, text_hash, model)
+);
+-- How far each engine has ingested each namespace's log (crash-safe catch-up).
+CREATE TABLE IF NOT EXISTS watermarks(
+    ns INTEGER NOT NULL REFERENCES namespaces(id),
+    engine TEXT NOT NULL,
+    upto INTEGER NOT NULL,
+    PRIMARY KEY(ns, engine)
+);
+-- Bumped whenever derived rows of a namespace are removed: in-memory indexes rebuild on a new epoch.
+CREATE TABLE IF NOT EXISTS epochs(ns INTEGER PRIMARY KEY, epoch INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS history(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ns INTEGER,
+    at REAL NOT NULL,
+    op TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS history_by_ns ON history(ns, id);
+"""
+
+V1_TURNS = [  # (namespace, turn id, session, speaker, text, timestamp, metadata)
+    (("alice", "", ""), "d1", "s1", "Maya", "Day 1 is the Apollo Hotel near Rossio, 120 euros a night.", "2024-03-03",
+     {}),
+    (("alice", "", ""), "d2", "s1", "Maya", "For Day 2 I booked Casa Azul in Alfama, 95 euros a night.", None,
+     {"blip_caption": "a blue door"}),
+    (("alice", "", ""), "d3", "s2", "Theo", "Lena is allergic to shellfish, be careful at Ramiro.", "2024-03-04",
+     {"lang": "en"}),
+    (("alice", "agent1", "r1"), "r1", "run", "tool", "The weather API says 21 degrees in Lisbon.", None, {}),
+    (("bob", "", ""), "b1", "default", "user", "Bob keeps his bike in the hall. 東京 ✓", None, {}),
+]  # fmt: skip
+
+
+def write_v1_store(path: Path) -> None:
+    """A store as version 1 wrote it: the log, history and the meta row; its derived rows were never built."""
+    con = sqlite3.connect(path)
+    con.executescript(SCHEMA_V1)
+    con.execute("INSERT INTO meta(key, value) VALUES('schema_version', '1')")
+    ids: dict[tuple[str, str, str], int] = {}
+    for key, turn_id, session, speaker, text, stamp, meta in V1_TURNS:
+        if key not in ids:
+            ids[key] = con.execute(
+                "INSERT INTO namespaces(user_id, agent_id, run_id, created_at) VALUES(?,?,?,?)", (*key, 1.7e9)
+            ).lastrowid  # type: ignore[assignment]
+        con.execute(
+            "INSERT INTO turns(ns, turn_id, session_id, speaker, text, timestamp, metadata, added_at)"
+            " VALUES(?,?,?,?,?,?,?,?)",
+            (ids[key], turn_id, session, speaker, text, stamp, json.dumps(meta, ensure_ascii=False), 1.7e9),
+        )
+        con.execute("INSERT INTO history(ns, at, op, detail) VALUES(?,?,?,?)",
+                    (ids[key], 1.7e9, "add", json.dumps({"turn_ids": [turn_id], "skipped": 0})))  # fmt: skip
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("engine", ["bm25", "hybrid", "stitch"])
+def test_an_old_store_is_migrated_and_keeps_every_turn(tmp_path: Path, engine: str):
+    db = tmp_path / "old.db"
+    write_v1_store(db)
+    with open_memory(db, engine) as memory:  # a writable open migrates
+        for key, turn_id, session, speaker, text, stamp, meta in V1_TURNS:
+            where = {"user_id": key[0], "agent_id": key[1] or None, "run_id": key[2] or None}
+            turn = memory.get(turn_id, **where)
+            assert (turn.text, turn.session_id, turn.speaker, turn.timestamp, turn.metadata) == (
+                text, session, speaker, stamp, meta)  # fmt: skip
+        assert [t.id for t in memory.turns(user_id="alice")] == ["d1", "d2", "d3"]
+        assert "d3" in memory.search("allergic to shellfish", user_id="alice", k=3).turn_ids
+        assert memory.store.integrity_check() == "ok"
+    with open_memory(db, engine) as again:  # the migrated store opens as a current one
+        assert len(again.turns(user_id="alice")) == 3
+        assert {(ns.user_id, ns.agent_id, ns.run_id): n for ns, n in again.namespaces()} == {
+            ("alice", None, None): 3, ("alice", "agent1", "r1"): 1, ("bob", None, None): 1}  # fmt: skip
+
+
+def test_a_deleted_turn_leaves_no_byte_in_the_store_file(tmp_path: Path):
+    """secure_delete: freed pages are zeroed, so a deleted turn's text (here also spilling onto overflow pages) is
+    gone from the file once the WAL is checkpointed. Stock SQLite builds do not zero them unless told to."""
+    secret = "zqx" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:24]
+    with open_memory(tmp_path / "mem.db", "fullcontext") as memory:
+        memory.add([{"id": f"o{i}", "text": f"ordinary turn {i}"} for i in range(20)], user_id="u")
+        memory.add({"id": "big", "text": f"{secret} " * 800}, user_id="u")  # ~30 KB: overflow pages
+        memory.add({"id": "small", "text": f"the code is {secret}"}, user_id="u", session_id="x")
+        checkpoint(memory)
+        assert files_containing(tmp_path, secret)  # it was on disk
+        memory.delete("big", user_id="u")
+        memory.delete_session("x", user_id="u")
+        checkpoint(memory)
+        leaks = files_containing(tmp_path, secret)
+        assert not leaks, f"deleted text is still in the file after a checkpoint: {leaks}"
+
+
+def test_history_keeps_no_guessable_content_hash(tmp_path: Path):
+    """Turn ids of id-less messages were sha1(session, speaker, text, timestamp)[:16], the same in every store, and
+    history keeps turn ids after a delete: anyone could confirm a guessed deleted message ("my pin is 4321").
+    The derived id must be salted per store, yet stable within one (re-adding stays a no-op, also after a reopen)."""
+    message = "my pin is 4321"
+    basis = json.dumps(["s", "user", message, None], ensure_ascii=False) + "#1"
+    unsalted = hashlib.sha1(basis.encode("utf-8")).hexdigest()
+    a_path, b_path = tmp_path / "a" / "a.db", tmp_path / "b" / "b.db"
+    a_path.parent.mkdir()
+    b_path.parent.mkdir()
+    with open_memory(a_path, "bm25") as a, open_memory(b_path, "bm25") as b:
+        (id_a,) = a.add(message, user_id="u", session_id="s").added
+        (id_b,) = b.add(message, user_id="u", session_id="s").added
+        assert a.add(message, user_id="u", session_id="s").skipped == [id_a]  # a retry is still a no-op
+        a.delete(id_a, user_id="u")
+        history = json.dumps(a.history(user_id="u"))
+        assert unsalted[:16] not in history and unsalted not in history, (
+            f"history holds the unsalted content hash of the deleted message: {history}"
+        )
+        checkpoint(a)
+        assert not files_containing(a_path.parent, unsalted[:16])
+        assert id_a != id_b, "the same message gets the same id in two stores: ids are guessable from content"
+        (again,) = b.add(message, user_id="u", session_id="s").skipped
+        assert again == id_b
+    with open_memory(b_path, "bm25") as b:  # the salt is the store's: a reopened store derives the same id
+        assert b.add(message, user_id="u", session_id="s").skipped == [id_b]
+
+
+def test_store_error_is_a_public_cuemem_error():
+    from cuemem import CuememError, errors
+
+    assert errors.StoreError is StoreError and issubclass(StoreError, CuememError)
