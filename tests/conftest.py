@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import queue
@@ -103,44 +102,12 @@ def files_containing(root: Path, needle: str) -> dict[str, str]:
 
 def checkpoint(memory: Memory) -> None:
     """Flush the WAL into the main file and truncate it."""
-    if hasattr(memory, "checkpoint"):
-        memory.checkpoint()
-        return
-    # LEGACY, until Memory.checkpoint lands (issue 10): the same through today's store connection.
-    memory.store._query("PRAGMA wal_checkpoint(TRUNCATE)")
+    memory.checkpoint()
 
 
 def derived_state(memory: Memory, **namespace: Any) -> dict[str, Any]:
     """Memory.derived_state: every derived row of a namespace, without store-internal ids."""
-    if hasattr(memory, "derived_state"):
-        return memory.derived_state(**namespace)
-    return _legacy_derived_state(memory, **namespace)
-
-
-def _legacy_derived_state(
-    memory: Memory, *, user_id: str, agent_id: str | None = None, run_id: str | None = None
-) -> dict[str, Any]:
-    """LEGACY, until Memory.derived_state lands (issue 10): the same snapshot read from today's schema, so that the
-    suites show today's defects as a difference of derived state instead of an AttributeError. Delete with it."""
-    store = memory.store
-    q = store._query
-    ns = store.namespace_id(memory.namespace(user_id, agent_id, run_id))
-    turn_of = dict(q("SELECT seq, turn_id FROM turns WHERE ns=?", (ns,)))
-    items: dict[str, Any] = {}
-    for item, space, key, text, meta in q("SELECT id, space, key, text, meta FROM items WHERE ns=?", (ns,)):
-        items[f"{space}/{key}"] = {
-            "text": text,
-            "meta": json.loads(meta),
-            "turns": sorted(turn_of.get(s, f"missing seq {s}") for (s,) in q(
-                "SELECT turn_seq FROM item_turns WHERE item=?", (item,))),
-            "labels": sorted(f"{k}:{v}" for k, v in q("SELECT kind, label FROM labels WHERE item=?", (item,))),
-            "vectors": sorted(f"{m}:{hashlib.sha256(v).hexdigest()[:16]}" for m, v in q(
-                "SELECT model, vec FROM vectors WHERE item=?", (item,))),
-        }  # fmt: skip
-    engine_state = {f"{e}/{k}": json.loads(v) for e, k, v in q("SELECT engine, key, value FROM kv WHERE ns=?", (ns,))}
-    watermarks = {e: turn_of.get(upto, upto) for e, upto in q("SELECT engine, upto FROM watermarks WHERE ns=?", (ns,))}
-    cache = sorted(f"{m}:{h}" for m, h in q("SELECT model, text_hash FROM embed_cache WHERE ns=?", (ns,)))
-    return {"items": items, "engine_state": engine_state, "watermarks": watermarks, "embed_cache": cache}
+    return memory.derived_state(**namespace)
 
 
 def state_diff(a: Any, b: Any, per_section: int = 8) -> list[str]:
