@@ -24,7 +24,6 @@ from .config import Settings
 from .embed import make_embedder
 from .embed.base import Embedder
 from .engines import Engine, EngineContext, get_engine
-from .engines.base import StoreCallCache
 from .errors import CuememError, ImportFormatError, InvalidTurnError, TurnNotFoundError
 from .formats import ImportReport, iter_jsonl, locomo_turns, read_locomo, sniff_format
 from .index.budget import pack
@@ -32,6 +31,7 @@ from .index.live import IndexCache
 from .index.tokens import TokenCounter, default_counter
 from .llm import LLMClient, make_client
 from .store.base import DerivedSpec, Store
+from .store.caches import StoreCallCache
 from .store.sqlite import SQLiteStore
 from .types import Answer, Namespace, Retrieval, Turn
 

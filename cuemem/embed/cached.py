@@ -7,14 +7,13 @@ again; wrapping the embedder in `CachedEmbedder` makes the second engine and a r
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from ..store.base import text_hash
+from ..store.caches import EmbeddingFile
 from .base import Embedder
 
 
@@ -26,27 +25,12 @@ class CachedEmbedder:
         self.name = inner.name  # same vector space, same watermark key
         self.dim = inner.dim
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS vectors(model TEXT, text_hash TEXT, vec BLOB, PRIMARY KEY(model, text_hash))"
-        )
-        self._lock = threading.Lock()
+        self._file = EmbeddingFile(self.path)
         self.hits = 0
         self.misses = 0
 
     def _lookup(self, hashes: list[str]) -> dict[str, np.ndarray]:
-        found: dict[str, np.ndarray] = {}
-        with self._lock:
-            for start in range(0, len(hashes), 500):
-                part = list(dict.fromkeys(hashes[start : start + 500]))
-                marks = ",".join("?" * len(part))
-                rows = self._db.execute(
-                    f"SELECT text_hash, vec FROM vectors WHERE model=? AND text_hash IN ({marks})", [self.name, *part]
-                )
-                found.update((h, np.frombuffer(v, dtype=np.float32)) for h, v in rows)
-        return found
+        return self._file.lookup(self.name, hashes)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         seen: set[str] = set()
@@ -61,16 +45,11 @@ class CachedEmbedder:
         self.hits += len(texts) - len(fresh)
         self.misses += len(fresh)
         if fresh:
-            with self._lock, self._db:
-                self._db.executemany(
-                    "INSERT OR IGNORE INTO vectors(model, text_hash, vec) VALUES(?,?,?)",
-                    [(self.name, h, v.tobytes()) for h, v in fresh.items()],
-                )
+            self._file.put(self.name, list(fresh.items()))
         return vectors
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._file.close()
 
 
 def embed_texts_cached(

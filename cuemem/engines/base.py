@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -15,9 +14,8 @@ from ..embed.cached import embed_texts_cached
 from ..errors import CuememError
 from ..index.live import IndexCache
 from ..index.tokens import TokenCounter
-from ..llm.base import Usage
 from ..llm.client import LLMClient
-from ..store.base import CachedCall, DerivedSpec, Store
+from ..store.base import DerivedSpec, Store
 from ..types import Hit, Namespace, Turn
 
 
@@ -87,32 +85,6 @@ class EngineContext:
             for it, s in ((items[i], s) for i, s in scored if i in items)
             if it.turn_ids
         ]
-
-
-class StoreCallCache:
-    """The model-call cache of one namespace, kept in the store beside the turns its prompts quote (purged by
-    every delete in the namespace); what `LLMClient.bound` caches into for calls made on that namespace's behalf."""
-
-    def __init__(self, store: Store, ns: int) -> None:
-        self.store, self.ns = store, ns
-
-    def get(self, key: str) -> Any:
-        found = self.store.cached_call(self.ns, key)
-        return None if found is None else json.loads(found)
-
-    def put(self, key: str, backend: str, method: str, stage: str, request: Any, response: Any, usage: Usage,
-            seconds: float) -> None:  # fmt: skip
-        request_json = json.dumps(request, ensure_ascii=False)
-        response_json = json.dumps(response, ensure_ascii=False)
-        call = CachedCall(key, backend, method, stage, request_json, response_json, usage.prompt_tokens,
-                          usage.completion_tokens, seconds)  # fmt: skip
-        self.store.cache_call(self.ns, call)
-
-    def summary(self) -> list[dict[str, Any]]:
-        return self.store.call_summary()
-
-    def count(self) -> int:
-        return sum(int(row["calls"]) for row in self.store.call_summary())
 
 
 @runtime_checkable

@@ -8,8 +8,9 @@ import platformdirs
 
 from ..config import Settings
 from ..errors import CuememError
+from ..store.caches import FileCallCache
 from .base import Backend, ChatResult, Choice, LLMError, LLMOutputError, LLMUnavailableError, Usage
-from .client import CallCache, FileCallCache, LLMClient
+from .client import CallCache, LLMClient
 from .llamacpp import LlamaCppBackend
 from .local import LocalBackend
 from .openai import OpenAIBackend

@@ -20,14 +20,11 @@ import hashlib
 import hmac
 import json
 import logging
-import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
@@ -68,83 +65,6 @@ class CallCache(Protocol):
     def count(self) -> int:
         """How many calls are remembered."""
         ...
-
-
-class FileCallCache:
-    """A SQLite file of answered calls; also the log of every distinct model call made.
-
-    Deleted rows are overwritten (`secure_delete`), and `purge` empties the file and its write-ahead log, so a
-    purged prompt leaves no bytes behind. A new file is created readable by its owner only.
-    """
-
-    def __init__(self, path: str | Path) -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            if not Path(path).exists():
-                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # SQLite gives -wal/-shm the same mode
-        self.path = str(path)
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._lock = threading.Lock()
-        with self._lock:
-            self._conn.execute("PRAGMA secure_delete=ON")
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute(
-                "CREATE TABLE IF NOT EXISTS calls(key TEXT PRIMARY KEY, backend TEXT, method TEXT, stage TEXT,"
-                " request TEXT, response TEXT, prompt_tokens INTEGER, completion_tokens INTEGER, seconds REAL,"
-                " at REAL)"
-            )
-
-    def get(self, key: str) -> Any | None:
-        with self._lock:
-            row = self._conn.execute("SELECT response FROM calls WHERE key=?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
-
-    def put(self, key: str, backend: str, method: str, stage: str, request: Any, response: Any, usage: Usage,
-            seconds: float) -> None:  # fmt: skip
-        with self._lock:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO calls VALUES(?,?,?,?,?,?,?,?,?,?)",
-                (key, backend, method, stage, json.dumps(request, ensure_ascii=False),
-                 json.dumps(response, ensure_ascii=False), usage.prompt_tokens, usage.completion_tokens,
-                 seconds, time.time()),
-            )  # fmt: skip
-
-    def count(self) -> int:
-        with self._lock:
-            return self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
-
-    def summary(self) -> list[dict[str, Any]]:
-        """Calls made (not cache hits), grouped by backend, stage and method, with tokens and seconds."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT backend, stage, method, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(seconds)"
-                " FROM calls GROUP BY backend, stage, method ORDER BY backend, stage, method"
-            ).fetchall()
-        keys = ("backend", "stage", "method", "calls", "prompt_tokens", "completion_tokens", "seconds")
-        return [dict(zip(keys, row, strict=True)) for row in rows]
-
-    def purge(self) -> int:
-        """Delete every remembered call and truncate the write-ahead log; returns how many were deleted.
-
-        A checkpoint blocked by another connection's open read is waited for (the busy timeout, 30 s); if it is
-        still blocked, the log is left for the next checkpoint and a warning is logged."""
-        with self._lock:
-            deleted = self._conn.execute("DELETE FROM calls").rowcount
-            busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        if busy:
-            log.warning("call cache %s: purged, but a reader kept the write-ahead log from being truncated", self.path)
-        return deleted
-
-    def close(self) -> None:
-        """Close the connection (the file stays)."""
-        with self._lock:
-            self._conn.close()
-
-    def __enter__(self) -> FileCallCache:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class LLMClient:
