@@ -62,7 +62,8 @@ def main(
     state.db, state.engine, state.embedder, state.config = db, engine, embedder, config
 
 
-def _memory(**overrides: Any) -> Memory:
+def _memory(*, read_only: bool = False, **overrides: Any) -> Memory:
+    """The Memory of the command; commands that only read open the store read-only (no write, no waiting)."""
     settings = Settings.load(
         state.config,
         db=overrides.pop("db", state.db),
@@ -72,7 +73,7 @@ def _memory(**overrides: Any) -> Memory:
     )
     if str(settings.db) == ":memory:":
         raise CuememError("a :memory: store keeps nothing once the command ends: give --db (or CUEMEM_DB) a file")
-    return Memory(settings=settings)
+    return Memory(settings=settings, read_only=read_only)
 
 
 def handles_errors(fn: F) -> F:
@@ -345,7 +346,7 @@ def llm_stats(as_json: JsonOpt = False) -> None:
 @handles_errors
 def get(turn_id: str, user_id: UserOpt, agent_id: AgentOpt = None, run_id: RunOpt = None) -> None:
     """Print one stored turn as JSON."""
-    with _memory() as memory:
+    with _memory(read_only=True) as memory:
         turn = memory.get(turn_id, user_id=user_id, agent_id=agent_id, run_id=run_id)
     console.print_json(data=turn.as_dict())
 
@@ -397,7 +398,7 @@ def export(
     run_id: RunOpt = None,
 ) -> None:
     """Export the raw turn log as JSONL."""
-    with _memory() as memory:
+    with _memory(read_only=True) as memory:
         if output is None:
             n = memory.export(sys.stdout, user_id=user_id, agent_id=agent_id, run_id=run_id)
         else:
@@ -439,7 +440,7 @@ def reindex(
 @handles_errors
 def history(user_id: UserOpt, agent_id: AgentOpt = None, run_id: RunOpt = None, limit: int = 20) -> None:
     """Show the namespace's recent changes as JSON lines."""
-    with _memory() as memory:
+    with _memory(read_only=True) as memory:
         for entry in memory.history(user_id=user_id, agent_id=agent_id, run_id=run_id, limit=limit):
             console.print(json.dumps(entry, ensure_ascii=False), highlight=False, soft_wrap=True)
 
@@ -448,7 +449,7 @@ def history(user_id: UserOpt, agent_id: AgentOpt = None, run_id: RunOpt = None, 
 @handles_errors
 def namespaces(as_json: JsonOpt = False) -> None:
     """List namespaces and their turn counts."""
-    with _memory() as memory:
+    with _memory(read_only=True) as memory:
         rows = memory.namespaces()
     if as_json:
         console.print_json(data=[{**ns.as_dict(), "turns": n} for ns, n in rows])

@@ -303,3 +303,25 @@ def test_bench_reads_its_default_data_under_the_datasets_setting(tmp_path, monke
     monkeypatch.setenv("CUEMEM_DATASETS", str(tmp_path / "nowhere"))
     r = cli(tmp_path, "bench", "longmemeval", "--out", str(tmp_path / "out2"))
     assert r.exit_code == 1 and "CUEMEM_DATASETS" in r.output and "Traceback" not in r.output
+
+
+def test_reading_commands_open_the_store_read_only(tmp_path):
+    """namespaces, export, history and get neither write nor wait behind another process's write transaction."""
+    import sqlite3
+    import time
+
+    assert cli(tmp_path, "add", "a hotel in Porto", "-u", "maya", "--id", "p1").exit_code == 0
+    db = tmp_path / "cli.db"
+    writer = sqlite3.connect(db, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # another process is writing, and holds the lock
+    try:
+        start = time.perf_counter()
+        for args in (["namespaces"], ["export", "-u", "maya"], ["history", "-u", "maya"], ["get", "p1", "-u", "maya"]):
+            r = cli(tmp_path, *args)
+            assert r.exit_code == 0 and ("maya" in r.output or "p1" in r.output), (args, r.output)
+        assert time.perf_counter() - start < 5  # a writable open would wait out the 30 s busy timeout
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    r = cli(tmp_path / "nowhere", "namespaces")
+    assert r.exit_code == 1 and "no store at" in r.output
