@@ -25,7 +25,7 @@ from .config import Settings
 from .engines import available_engines
 from .errors import CuememError
 from .formats import locomo_turns, read_locomo
-from .llm import LLMClient, make_client
+from .llm import FileCallCache, LLMClient, make_client
 from .memory import Memory
 from .types import Namespace, Retrieval
 
@@ -340,6 +340,18 @@ def llm_stats(as_json: JsonOpt = False) -> None:
         numbers = (str(r["calls"]), str(r["prompt_tokens"]), str(r["completion_tokens"]), f"{r['seconds']:.1f}")
         table.add_row(Text(r["cache"]), Text(r["backend"]), Text(r["stage"]), Text(r["method"]), *numbers)
     console.print(table)
+
+
+@llm_app.command("purge")
+@handles_errors
+def llm_purge() -> None:
+    """Empty the llm_cache file (unscoped calls: llm chat/choose, the benchmark judge) and truncate its log.
+    Calls made for a namespace are cached in the store and go with every delete there."""
+    client = _client()
+    if not isinstance(client.cache, FileCallCache):
+        raise CuememError("no llm_cache file is configured (llm_cache=off): nothing to purge")
+    count = client.cache.purge()
+    console.print(f"purged {count} cached calls from {client.cache.path}", highlight=False, markup=False)
 
 
 @app.command()

@@ -41,6 +41,7 @@ Message = str | bytes | Mapping[str, Any] | Turn
 # (label, total) -> a context yielding advance(n): how long file ingestion shows progress (the CLI passes a bar).
 ProgressFactory = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
 INGEST_BATCH = 256  # turns per engine ingest call: bounds memory and gives progress bars a pulse
+MODEL_BATCH = 8  # for engines that call a model per turn: each batch holds the write lock, so keep it short
 
 
 @dataclass
@@ -104,8 +105,8 @@ class Memory:
     @property
     def llm(self) -> LLMClient:
         """The model client (created on first use, so memories that never ask a model never load one)."""
-        if self._llm is None:
-            self._llm = make_client(self.settings)
+        if self._llm is None:  # no file cache: every call of Memory's is made for a namespace (see llm_for)
+            self._llm = make_client(self.settings, file_cache=False)
         return self._llm
 
     def _engine(self, name: str | None) -> Engine:
@@ -146,7 +147,9 @@ class Memory:
 
         One indexer per (namespace, engine) across threads and processes: each batch's watermark check, turn
         read, engine writes and new watermark happen inside one write transaction (BEGIN IMMEDIATE), so
-        concurrent indexers take turns and a concurrent ingest equals a sequential one.
+        concurrent indexers take turns and a concurrent ingest equals a sequential one. An engine's `prepare`
+        (embedding, cached in the store) runs before, without the lock, so the lock is held for labelling and
+        writes only; engines that call a model per turn take small batches, so other writers wait seconds.
         """
         key = self._progress_key(engine)
         if self.store.watermark(ns, key) >= self.store.last_seq(ns):
@@ -157,10 +160,17 @@ class Memory:
             return 0
         self.store.declare(_spec(engine))
         ctx = self._context(ns, namespace, progress)
+        size = MODEL_BATCH if getattr(engine, "uses_llm", False) else INGEST_BATCH
+        prepare = getattr(engine, "prepare", None)
         done = 0
         while True:
+            if prepare is not None:  # lock-free work first (embeddings into the namespace's cache)
+                ahead = list(self.store.iter_turns(ns, after_seq=self.store.watermark(ns, key), limit=size))
+                if not ahead:
+                    return done
+                prepare(ctx, ahead)
             with self.store.transaction():
-                batch = list(self.store.iter_turns(ns, after_seq=self.store.watermark(ns, key), limit=INGEST_BATCH))
+                batch = list(self.store.iter_turns(ns, after_seq=self.store.watermark(ns, key), limit=size))
                 if batch:
                     engine.ingest(ctx, batch)
                     self.store.set_watermark(ns, key, max(t.seq or 0 for t in batch))
@@ -392,34 +402,40 @@ class Memory:
         ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))
         if self.store.delete_turns(ns, [turn_id]) == 0:
             raise TurnNotFoundError(f"no turn {turn_id!r} for user {user_id!r}")
+        self.indexes.drop(ns)  # the in-memory indexes would rebuild on the next search; drop their text now
 
     def delete_session(
         self, session_id: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None
     ) -> int:
         ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))
-        return self.store.delete_turns(ns, session_id=session_id)
+        count = self.store.delete_turns(ns, session_id=session_id)
+        self.indexes.drop(ns)
+        return count
 
     def delete_all(
         self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None
     ) -> list[tuple[Namespace, int]]:
-        """Delete a namespace and every namespace under it (all of a user's agent and run namespaces when only
-        `user_id` is given): their logs, every derived row, cached model calls and history. Returns each
-        namespace deleted with its number of turns; raises UnknownNamespaceError when there is none."""
+        """Delete a namespace and every namespace under it: with only `user_id`, all of the user's namespaces
+        (every agent and run); with `agent_id`, that agent's namespace and all its runs; with `run_id`, exactly
+        the namespace named. Logs, every derived row, cached model calls and history go, in one transaction.
+        Returns each namespace deleted with its number of turns; raises UnknownNamespaceError when there is none."""
         Namespace(user_id, agent_id, run_id)  # validates the ids
         targets = [
             namespace
             for namespace, _ in self.store.namespaces()
             if namespace.user_id == user_id
-            and (agent_id is None or namespace.agent_id == agent_id)
+            and (namespace.agent_id == agent_id or (agent_id is None and run_id is None))
             and (run_id is None or namespace.run_id == run_id)
         ]
         if not targets:
             self.store.namespace_id(Namespace(user_id, agent_id, run_id))  # raises UnknownNamespaceError
-        deleted = []
-        for namespace in targets:
-            ns = self.store.namespace_id(namespace)
-            deleted.append((namespace, self.store.delete_namespace(ns)))
-            self.indexes.drop(ns)
+        deleted, ids = [], []
+        with self.store.transaction():  # all or nothing
+            for namespace in targets:
+                ids.append(self.store.namespace_id(namespace))
+                deleted.append((namespace, self.store.delete_namespace(ids[-1])))
+        for ns in ids:
+            self.indexes.drop(ns)  # nothing of theirs stays in this process's memory either
         return deleted
 
     def engine_stats(
@@ -548,6 +564,11 @@ class Memory:
             raise CuememError(f"unknown format {file_format!r}: choose auto, jsonl or locomo")
         report = ImportReport()
         chosen = [s for s in read_locomo(path) if not samples or s.get("sample_id") in samples]
+        if run_id is not None and len(chosen) > 1:  # their turn ids (D1:1 ...) repeat: one namespace would drop them
+            raise CuememError(
+                f"{path} holds {len(chosen)} samples and a run id was given: each sample needs its own namespace;"
+                " drop the run id (each sample becomes a run) or choose one sample"
+            )
         for sample in chosen:
             turns = locomo_turns(sample)
             sid = str(sample.get("sample_id", "sample"))

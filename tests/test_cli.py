@@ -325,3 +325,15 @@ def test_reading_commands_open_the_store_read_only(tmp_path):
         writer.close()
     r = cli(tmp_path / "nowhere", "namespaces")
     assert r.exit_code == 1 and "no store at" in r.output
+
+
+def test_llm_purge_empties_the_call_cache_file(tmp_path, monkeypatch):
+    from cuemem.llm import FileCallCache, Usage
+
+    path = tmp_path / "calls.db"
+    monkeypatch.setenv("CUEMEM_LLM_CACHE", str(path))
+    with FileCallCache(path) as cache:
+        cache.put("k", "b", "chat", "other", {"messages": "a secret prompt"}, {"text": "x"}, Usage(), 0.0)
+    r = cli(tmp_path, "llm", "purge")
+    assert r.exit_code == 0 and "purged 1 cached calls" in r.output
+    assert not any(b"a secret prompt" in p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("calls.db"))

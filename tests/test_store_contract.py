@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import ENGINES, TRIP, checkpoint, files_containing, open_memory
 
+from cuemem.store.base import text_hash
 from cuemem.store.sqlite import SQLiteStore, StoreError
 
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0  # root ignores file modes: chmod cannot make a file read-only
@@ -385,3 +386,116 @@ def test_store_error_is_a_public_cuemem_error():
     from cuemem import CuememError, errors
 
     assert errors.StoreError is StoreError and issubclass(StoreError, CuememError)
+
+
+# --------------------------------------------------------------------------- review findings, each pinned by a test
+def test_a_search_in_another_thread_does_not_wait_for_an_open_write_transaction(tmp_path: Path):
+    """Reads outside the writing thread's transaction go through the store's second connection."""
+    with open_memory(tmp_path / "m.db", "hybrid") as memory:
+        memory.add(TRIP, user_id="alice")
+        memory.search("hotel", user_id="alice")
+        inside, leave = threading.Event(), threading.Event()
+
+        def writer() -> None:
+            with memory.store.transaction():
+                inside.set()
+                leave.wait(10)
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        inside.wait(5)
+        try:
+            start = time.perf_counter()
+            assert memory.search("hotel Rossio", user_id="alice").turn_ids[0] == "d1"
+            assert time.perf_counter() - start < 2
+        finally:
+            leave.set()
+            thread.join()
+
+
+def test_delete_all_with_a_run_id_deletes_exactly_that_namespace(tmp_path: Path):
+    with open_memory(tmp_path / "m.db", "bm25") as memory:
+        for agent in (None, "a1", "a2"):
+            memory.add({"id": f"x-{agent}", "text": "a turn"}, user_id="alice", agent_id=agent, run_id="r1")
+        deleted = memory.delete_all(user_id="alice", run_id="r1")
+        assert [(ns.agent_id, ns.run_id) for ns, _ in deleted] == [(None, "r1")]
+        assert sorted(str(ns.agent_id) for ns, _ in memory.namespaces()) == ["a1", "a2"]
+
+
+def test_engine_state_is_refused_to_an_owner_whose_rows_outlive_it(tmp_path: Path):
+    """An owner declared on_delete="rows" keeps its derived state in items (which deletes reach), not in kv."""
+    from cuemem.store.base import DerivedSpec
+
+    with SQLiteStore(tmp_path / "s.db") as store:
+        store.declare(DerivedSpec("rowsy", ("turn",), "rows"))
+        ns = store.namespace_id(__import__("cuemem").Namespace("u"), create=True)
+        with pytest.raises(StoreError, match="on_delete='rows'"):
+            store.kv_set(ns, "rowsy", "state", {"summary": "quotes a turn"})
+
+
+def test_an_empty_file_of_another_application_is_refused(tmp_path: Path):
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA application_id=1234")
+    conn.commit()
+    conn.close()
+    before = snapshot(path)
+    with pytest.raises(StoreError, match="another application"):
+        SQLiteStore(path)
+    assert snapshot(path) == before
+
+
+def test_remembered_embeddings_of_deleted_turns_are_purged(tmp_path: Path):
+    """Vocabulary labels and texts embedded ahead of ingest are remembered without an item: a delete purges what no
+    surviving item's vector uses."""
+    with open_memory(tmp_path / "m.db", "stitch") as memory:
+        memory.add(TRIP, user_id="alice")
+        store = memory.store
+        ns = store.namespace_id(memory.namespace("alice"))
+        store.cache_embeddings(ns, "hashing-512", [("label-hash", __import__("numpy").ones(512, dtype="float32"))])
+        docs = {t["id"]: text_hash(memory.store.get_turn(ns, t["id"]).speaker + ": " + t["text"]) for t in TRIP}
+        assert store.cached_embeddings(ns, "hashing-512", list(docs.values()))  # the steps' documents are cached
+        memory.delete("d3", user_id="alice")
+        kept = store.cached_embeddings(ns, "hashing-512", [*docs.values(), "label-hash"])
+        assert "label-hash" not in kept and docs["d3"] not in kept  # remembered label and the deleted turn: gone
+        assert {docs[t] for t in ("d1", "d2", "d4")} <= set(kept)  # survivors' documents stay for the rebuild
+
+
+def test_a_checkpoint_blocked_by_a_reader_says_so(tmp_path: Path):
+    with open_memory(tmp_path / "m.db", "bm25") as memory:
+        memory.add(TRIP, user_id="alice")
+        reader = sqlite3.connect(tmp_path / "m.db", isolation_level=None)
+        reader.execute("BEGIN")
+        reader.execute("SELECT COUNT(*) FROM turns").fetchone()  # holds a read snapshot
+        memory.delete("d1", user_id="alice")
+        try:
+            with pytest.raises(StoreError, match="could not be truncated"):
+                memory.store._conn.execute("PRAGMA busy_timeout=100")
+                memory.checkpoint()
+        finally:
+            reader.execute("COMMIT")
+            reader.close()
+        memory.checkpoint()  # now it goes through
+
+
+def test_a_variant_with_other_parameters_keeps_its_own_state(tmp_path: Path):
+    from cuemem.engines.stitch import variant
+
+    with open_memory(tmp_path / "m.db", "stitch") as memory:
+        memory.add(TRIP, user_id="alice")
+        other = variant("stitch", k_update=2)
+        assert other.name == "stitch[k_update=2]" and other.derived.owner != memory.engine.name
+        assert memory.search("hotel", user_id="alice", engine=None).turn_ids
+        state = memory.derived_state(user_id="alice")["state"]
+        assert set(state) == {"stitch"}
+
+
+def test_several_locomo_samples_into_one_run_are_refused(tmp_path: Path):
+    sample = {"conversation": {"speaker_a": "A", "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]}}
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps([{**sample, "sample_id": "x"}, {**sample, "sample_id": "y"}]))
+    with open_memory(tmp_path / "m.db", "bm25") as memory:
+        with pytest.raises(__import__("cuemem").CuememError, match="its own namespace"):
+            memory.ingest_file(path, user_id="u", run_id="r")
+        report = memory.ingest_file(path, user_id="u")  # each sample becomes a run
+        assert report.added == 2 and sorted(str(ns.run_id) for ns, _ in memory.namespaces()) == ["x", "y"]

@@ -65,6 +65,11 @@ class TurnIndexer:
         return DerivedSpec(self.name, (TURN_SPACE,), "rows")
 
 
+def prepare_embeddings(ctx: EngineContext, turns: Sequence[Turn]) -> None:
+    """Embed the turns' documents into the namespace's embedding cache ahead of ingest, outside the write lock."""
+    ctx.embed([turn_document(t, ctx.settings.turn_template) for t in turns], remember=True)
+
+
 def embed_missing(ctx: EngineContext, space: str, keys: Sequence[str]) -> None:
     """Embed those items of `space` (by key) that have no vector from the current embedder, via the cache."""
     embedder = ctx.embedder
@@ -127,6 +132,9 @@ class DenseEngine(TurnIndexer):
     name = "dense"
     uses_embedder = True
 
+    def prepare(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
+        prepare_embeddings(ctx, turns)
+
     def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
         index_turns(ctx, turns)
         embed_missing(ctx, TURN_SPACE, [t.id for t in turns])
@@ -149,6 +157,9 @@ class HybridEngine(TurnIndexer):
     def __init__(self) -> None:
         self.bm25 = BM25Engine()
         self.dense = DenseEngine()
+
+    def prepare(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
+        prepare_embeddings(ctx, turns)
 
     def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
         self.dense.ingest(ctx, turns)

@@ -38,8 +38,10 @@ def default_cache_path() -> Path:
     return Path(platformdirs.user_cache_dir("cuemem")) / "llm-calls.db"
 
 
-def make_client(settings: Settings) -> LLMClient:
-    """The client named by settings: `llm` = "local" (shipped SmolLM2) or "openai" (any compatible endpoint)."""
+def make_client(settings: Settings, *, file_cache: bool = True) -> LLMClient:
+    """The client named by settings: `llm` = "local" (shipped SmolLM2) or "openai" (any compatible endpoint).
+    `file_cache=False` gives a client without the `llm_cache` file: Memory binds each call to its namespace's
+    cache in the store instead, so no prompt quoting a turn lands in a file that deletes cannot reach."""
     if settings.llm == "local":
         backend: Backend = LocalBackend()
     elif settings.llm == "llamacpp":
@@ -56,5 +58,7 @@ def make_client(settings: Settings) -> LLMClient:
         )
     else:
         raise CuememError(f"unknown llm {settings.llm!r}: choose local, llamacpp or openai")
-    cache = None if settings.llm_cache == "off" else FileCallCache(settings.llm_cache or default_cache_path())
+    if settings.llm_cache == "off" or not file_cache:
+        return LLMClient(backend, None)
+    cache = FileCallCache(settings.llm_cache or default_cache_path())
     return LLMClient(backend, cache)

@@ -177,8 +177,12 @@ class SQLiteStore:
     def __init__(self, path: str | Path, *, read_only: bool = False, timeout: float = 30.0) -> None:
         self.path = Path(path)
         self.read_only = read_only
-        self._lock = threading.RLock()  # guards the connection and the vector matrices
+        self._lock = threading.RLock()  # guards the writing connection and its transaction
+        self._read_lock = threading.RLock()  # guards the reading connection
+        self._vec_lock = threading.RLock()  # guards the vector matrices
         self._depth = 0
+        self._owner: int | None = None  # the thread inside the write transaction
+        self._reader: sqlite3.Connection | None = None
         self._vectors: dict[tuple[int, str, str], tuple[int, DenseIndex, int]] = {}  # (ns, space, model) -> cache
         memory = str(path) == ":memory:"
         if not memory and not self.path.exists():
@@ -200,6 +204,11 @@ class SQLiteStore:
             # FULL: a commit is on disk before add() returns, so acknowledged turns survive a crash.
             self._conn.execute("PRAGMA synchronous=FULL")
             self._open()
+            if not memory:  # a second connection for reads outside this process's write transaction
+                self._reader = sqlite3.connect(target, timeout=timeout, isolation_level=None,
+                                               check_same_thread=False, uri=uri)  # fmt: skip
+                self._reader.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+                self._reader.execute("PRAGMA query_only=ON")
         except sqlite3.DatabaseError as exc:
             if hasattr(self, "_conn"):
                 self._conn.close()
@@ -214,6 +223,8 @@ class SQLiteStore:
         app = c.execute("PRAGMA application_id").fetchone()[0]
         tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not tables:
+            if app not in (0, APPLICATION_ID):
+                raise StoreError(f"{self.path} belongs to another application (application_id {app}); left as is")
             if self.read_only:
                 raise StoreError(f"{self.path} is empty: not a cuemem store yet")
             self._initialise()
@@ -249,7 +260,7 @@ class SQLiteStore:
 
     def _initialise(self) -> None:
         self._conn.execute("PRAGMA journal_mode=WAL")
-        with self.transaction() as c:
+        with self._write() as c:
             self._schema(c)
             c.execute(f"PRAGMA application_id={APPLICATION_ID}")
             c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -257,9 +268,11 @@ class SQLiteStore:
 
     def _migrate(self, version: int) -> None:
         self._conn.execute("PRAGMA journal_mode=WAL")
-        with self.transaction() as c:
+        with self._write() as c:
             current = int(c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
-            while current < SCHEMA_VERSION:  # another process may have migrated meanwhile
+            if current >= SCHEMA_VERSION:
+                return  # another process migrated it meanwhile
+            while current < SCHEMA_VERSION:
                 MIGRATIONS[current](c)
                 current += 1
             self._schema(c)
@@ -277,6 +290,9 @@ class SQLiteStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+        with self._read_lock:
+            if self._reader is not None:
+                self._reader.close()
 
     def __enter__(self) -> SQLiteStore:
         return self
@@ -285,9 +301,31 @@ class SQLiteStore:
         self.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self) -> Iterator[None]:
         """A write transaction (BEGIN IMMEDIATE: one writer across threads and processes). A nested call is a
-        savepoint: if it fails, only its own writes are undone, whether or not the caller goes on."""
+        savepoint: if it fails, only its own writes are undone, whether or not the caller goes on. Other threads'
+        reads meanwhile go through a second connection and see the last commit, without waiting."""
+        with self._write():
+            yield
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads inside see one consistent state of the store (a read transaction); nothing may be written inside.
+        Inside this thread's own write transaction it changes nothing."""
+        if self._owner == threading.get_ident():
+            yield
+            return
+        with self._lock:
+            self._conn.execute("BEGIN")
+            self._owner = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._owner = None
+                self._conn.execute("COMMIT")
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
         if self.read_only:
             raise StoreError(f"{self.path} was opened read-only; this needs to write")
         with self._lock:
@@ -297,11 +335,15 @@ class SQLiteStore:
             except sqlite3.OperationalError as exc:
                 raise StoreError(f"cannot write to {self.path}: {exc}") from exc
             self._depth += 1
+            self._owner = threading.get_ident()
             try:
                 yield self._conn
             except BaseException as exc:
                 self._depth = depth
-                self._vectors.clear()  # matrices may hold rows that are being rolled back
+                if depth == 0:
+                    self._owner = None
+                with self._vec_lock:
+                    self._vectors.clear()  # matrices may hold rows that are being rolled back
                 try:
                     if depth == 0:
                         self._conn.execute("ROLLBACK")
@@ -319,18 +361,26 @@ class SQLiteStore:
             if depth > 0:
                 self._conn.execute(f"RELEASE sp{depth}")
                 return
+            self._owner = None
             try:
                 self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                self._vectors.clear()
+                with self._vec_lock:
+                    self._vectors.clear()
                 with suppress(sqlite3.Error):
                     self._conn.execute("ROLLBACK")
                 raise StoreError(f"could not commit to {self.path}: {exc}") from exc
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
+        """Run a read: inside this thread's write transaction on its connection (it sees its own writes), else on
+        the reader connection, so reads never wait for another thread's transaction."""
+        if self._owner == threading.get_ident() or self._reader is None:
+            lock, conn = self._lock, self._conn
+        else:
+            lock, conn = self._read_lock, self._reader
+        with lock:
             try:
-                return self._conn.execute(sql, params).fetchall()
+                return conn.execute(sql, params).fetchall()
             except sqlite3.OperationalError as exc:
                 raise StoreError(f"cannot read {self.path}: {exc}") from exc
 
@@ -342,7 +392,15 @@ class SQLiteStore:
         if self.read_only or str(self.path) == ":memory:":
             return
         with self._lock:
-            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            try:
+                busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.OperationalError as exc:
+                raise StoreError(f"cannot checkpoint {self.path}: {exc}") from exc
+        if busy:
+            raise StoreError(
+                f"{self.path}: another connection is reading, so the write-ahead log could not be truncated yet;"
+                " retry the checkpoint when it is done (until then, deleted pages may remain in the log)"
+            )
 
     # ------------------------------------------------------------------ namespaces
     def namespace_id(self, namespace: Namespace, *, create: bool = False) -> int:
@@ -353,7 +411,7 @@ class SQLiteStore:
             return rows[0][0]
         if not create:
             raise UnknownNamespaceError(f"unknown namespace ({namespace}): nothing was ever added to it")
-        with self.transaction() as c:
+        with self._write() as c:
             c.execute(
                 "INSERT OR IGNORE INTO namespaces(user_id, agent_id, run_id, created_at) VALUES(?,?,?,?)",
                 (*key, time.time()),
@@ -380,7 +438,7 @@ class SQLiteStore:
         """Append turns in one transaction; a turn whose id is already logged in `ns` is skipped untouched."""
         result = AppendResult()
         now = time.time()
-        with self.transaction() as c:
+        with self._write() as c:
             for turn in turns:
                 cur = c.execute(
                     "INSERT OR IGNORE INTO turns(ns, turn_id, session_id, speaker, text, timestamp, metadata,"
@@ -465,7 +523,7 @@ class SQLiteStore:
     def delete_turns(self, ns: int, turn_ids: Sequence[str] | None = None, session_id: str | None = None) -> int:
         """Delete turns (by id, or a whole session) and, in the same transaction, every derived row that depends
         on them (DerivedSpec says how), the namespace's cached model calls and the embeddings of their text."""
-        with self.transaction() as c:
+        with self._write() as c:
             if session_id is not None:
                 seqs = [r[0] for r in c.execute("SELECT seq FROM turns WHERE ns=? AND session_id=?", (ns, session_id))]
             else:
@@ -506,6 +564,10 @@ class SQLiteStore:
                 f"SELECT text_hash FROM vectors WHERE item IN ({marks}) AND +ns=?", (*chunk, ns)))  # fmt: skip
             c.execute(f"DELETE FROM items WHERE +ns=? AND id IN ({marks})", (ns, *chunk))
         c.executemany("DELETE FROM embed_cache WHERE ns=? AND text_hash=?", [(ns, h) for h in hashes])
+        # Remembered embeddings of texts that are no surviving item's (vocabulary labels, texts embedded ahead of
+        # ingest) may stem from a deleted turn: they go too, and are recomputed when needed.
+        c.execute("DELETE FROM embed_cache WHERE ns=? AND text_hash NOT IN (SELECT text_hash FROM vectors WHERE ns=?)",
+                  (ns, ns))  # fmt: skip
         specs = c.execute("SELECT owner, space, on_delete FROM derived_specs").fetchall()
         for owner, space, _ in specs:
             if space in redo:  # step back so the owner re-ingests the surviving turns of the dropped item
@@ -534,7 +596,7 @@ class SQLiteStore:
 
     def delete_namespace(self, ns: int) -> int:
         """Remove a namespace with its log, every derived row, its cached calls and its history."""
-        with self.transaction() as c:
+        with self._write() as c:
             count = c.execute("SELECT COUNT(*) FROM turns WHERE ns=?", (ns,)).fetchone()[0]
             for table in DERIVED_TABLES:
                 c.execute(f"DELETE FROM {table} WHERE ns=?", (ns,))
@@ -548,7 +610,7 @@ class SQLiteStore:
 
     def clear_derived(self, ns: int) -> None:
         """Drop every derived row of a namespace (the log stays): the first half of a reindex."""
-        with self.transaction() as c:
+        with self._write() as c:
             for table in ("items", "kv", "watermarks"):
                 c.execute(f"DELETE FROM {table} WHERE ns=?", (ns,))
             self._bump_epoch(c, ns)
@@ -560,7 +622,7 @@ class SQLiteStore:
         known = self._query("SELECT space, on_delete FROM derived_specs WHERE owner=?", (spec.owner,))
         if sorted(known) == sorted((s, spec.on_delete) for s in spec.spaces):
             return
-        with self.transaction() as c:
+        with self._write() as c:
             c.execute("DELETE FROM derived_specs WHERE owner=?", (spec.owner,))
             c.executemany("INSERT INTO derived_specs(owner, space, on_delete) VALUES(?,?,?)",
                           [(spec.owner, s, spec.on_delete) for s in spec.spaces])  # fmt: skip
@@ -568,7 +630,7 @@ class SQLiteStore:
     def put_items(self, ns: int, space: str, items: Sequence[NewItem]) -> None:
         """Insert items; an existing key is kept (idempotent), and an item whose source or dependency turns are
         not all in the log (deleted meanwhile) is not created."""
-        with self.transaction() as c:
+        with self._write() as c:
             for item in items:
                 cited = set(item.sources)
                 wanted = sorted(cited | set(item.depends))
@@ -647,7 +709,7 @@ class SQLiteStore:
 
     def put_vectors(self, ns: int, space: str, model: str, rows: Sequence[tuple[int, str, np.ndarray]]) -> None:
         """Store (item id, text hash, vector) rows, and remember each vector in the embedding cache."""
-        with self.transaction() as c:
+        with self._write() as c:
             for item_id, digest, vec in rows:
                 blob = np.asarray(vec, dtype=np.float32).tobytes()
                 cur = c.execute(  # nothing is written for an item deleted while it was being embedded
@@ -664,7 +726,7 @@ class SQLiteStore:
     def vector_search(self, ns: int, space: str, model: str, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
         """Top-k (item id, cosine) among one namespace's vectors of one space and model (an in-process matrix,
         grown with new rows and rebuilt when the namespace's epoch changes)."""
-        with self._lock:
+        with self._vec_lock:
             key = (ns, space, model)
             epoch = self.epoch(ns)
             cached = self._vectors.get(key)
@@ -682,7 +744,7 @@ class SQLiteStore:
         """Remember (text hash, vector) rows of texts that are not items (e.g. vocabulary labels)."""
         if self.read_only:
             return  # a read-only store remembers nothing; the vectors were still computed
-        with self.transaction() as c:
+        with self._write() as c:
             c.executemany(
                 "INSERT OR IGNORE INTO embed_cache(ns, model, text_hash, vec) VALUES(?,?,?,?)",
                 [(ns, model, h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in rows],
@@ -702,7 +764,7 @@ class SQLiteStore:
     # ------------------------------------------------------------------ labels and engine state
     def put_labels(self, ns: int, rows: Sequence[tuple[int, str, str]]) -> None:
         """(item id, kind, label) rows, e.g. an event type or an entity type of a step."""
-        with self.transaction() as c:
+        with self._write() as c:
             c.executemany(
                 "INSERT OR IGNORE INTO labels(item, ns, kind, label) VALUES(?,?,?,?)",
                 [(item, ns, kind, label) for item, kind, label in rows],
@@ -712,7 +774,7 @@ class SQLiteStore:
         """Rename labels of one kind (old -> new), on every item of the namespace or only on `items`; an item
         that already has the new label keeps one copy. Returns how many label rows changed."""
         changed = 0
-        with self.transaction() as c:
+        with self._write() as c:
             for old, new in mapping.items():
                 scope, params = "", [ns, kind, old]
                 if items is not None:
@@ -739,7 +801,11 @@ class SQLiteStore:
         return self._query("SELECT kind, label FROM labels WHERE ns=? AND item=? ORDER BY kind, label", (ns, item))
 
     def kv_set(self, ns: int, owner: str, key: str, value: Any) -> None:
-        with self.transaction() as c:
+        """Engine state. Only an owner whose state is rebuilt on delete may keep any (state of an owner declared
+        `on_delete="rows"` would outlive the turns it came from)."""
+        if self._query("SELECT 1 FROM derived_specs WHERE owner=? AND on_delete='rows' LIMIT 1", (owner,)):
+            raise StoreError(f"{owner!r} declared on_delete='rows': its derived state must be items, not engine state")
+        with self._write() as c:
             c.execute(
                 "INSERT INTO kv(ns, engine, key, value) VALUES(?,?,?,?)"
                 " ON CONFLICT(ns, engine, key) DO UPDATE SET value=excluded.value",
@@ -756,7 +822,7 @@ class SQLiteStore:
         return rows[0][0] if rows else 0
 
     def set_watermark(self, ns: int, key: str, upto: int) -> None:
-        with self.transaction() as c:
+        with self._write() as c:
             c.execute(
                 "INSERT INTO watermarks(ns, engine, upto) VALUES(?,?,?)"
                 " ON CONFLICT(ns, engine) DO UPDATE SET upto=MAX(upto, excluded.upto)",
@@ -816,7 +882,7 @@ class SQLiteStore:
     def cache_call(self, ns: int, call: CachedCall) -> None:
         if self.read_only:
             return  # a read-only store remembers nothing; the call was still made and counted
-        with self.transaction() as c:
+        with self._write() as c:
             c.execute(
                 "INSERT OR REPLACE INTO llm_calls(ns, key, backend, method, stage, request, response, prompt_tokens,"
                 " completion_tokens, seconds, at) VALUES(?,?,?,?,?,?,?,?,?,?,?)",

@@ -22,7 +22,7 @@ from ...index.fusion import reciprocal_rank_fusion
 from ...store.base import DerivedSpec, NewItem
 from ...types import Hit, Turn
 from ..base import EngineContext
-from ..baselines import turn_document, turn_words
+from ..baselines import prepare_embeddings, turn_document, turn_words
 from .analysis import StepAnalysis, analyze_steps, wanted_types
 from .labellers import MODEL_WINDOW, Labeller, ModelFreeLabeller, ModelLabeller, Step
 from .scope import OpenSegment, centroid
@@ -62,6 +62,15 @@ class StitchEngine:
         engine's derived state in the namespace and it is rebuilt from the log (no deleted word survives in a
         vocabulary, a gist, a resolved reference or a segment)."""
         return DerivedSpec(self.name, (self.space("step"), self.space("segment")), "rebuild")
+
+    @property
+    def uses_llm(self) -> bool:
+        """Model mode calls the model per step: Memory ingests it in small batches (each holds the write lock)."""
+        return self.config.model
+
+    def prepare(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
+        """Embed the steps' documents ahead of ingest, outside the write lock (the cache serves `ingest`)."""
+        prepare_embeddings(ctx, turns)
 
     def stats(self, ctx: EngineContext) -> dict[str, int]:
         """Counters worth reporting: steps indexed and model-mode labels that fell back to model-free mode."""
@@ -207,8 +216,9 @@ class StitchEngine:
 
     def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
         cfg = self.config
-        state = self.state(ctx)
-        table = self.step_table(ctx, state)
+        with ctx.store.snapshot():  # the state, the epoch and the labels of one moment: a table never goes stale
+            state = self.state(ctx)
+            table = self.step_table(ctx, state)
         n = len(table.ids)
         if n == 0 or k <= 0:
             return []
@@ -303,8 +313,13 @@ VARIANTS: dict[str, StitchConfig] = {
 
 
 def variant(name: str, **overrides: Any) -> StitchEngine:
-    """A named STITCH variant (model-free default, model mode, strict ranking, the four ablations)."""
-    return StitchEngine(replace(VARIANTS[name], **overrides), name=name)
+    """A named STITCH variant (model-free default, model mode, strict ranking, the four ablations). With
+    overrides, the name records them (e.g. "stitch[k_update=100]"), so its derived state and watermarks never
+    mix with those of the registered variant in the same store."""
+    config = replace(VARIANTS[name], **overrides)
+    if overrides:
+        name += "[" + ",".join(f"{k}={v}" for k, v in sorted(overrides.items())) + "]"
+    return StitchEngine(config, name=name)
 
 
 __all__ = ["VARIANTS", "StitchConfig", "StitchEngine", "canonical_summary", "variant"]
