@@ -167,3 +167,19 @@ def test_hot_paths_never_scan_a_whole_namespace(make_memory, engine):
         assert "SCAN" not in plan or "SCAN CONSTANT ROW" in plan, (sql, plan)
         for prefix_only in ("(ns=?)", "(ns=? AND space=?)", "(ns=? AND space=? AND model=?)"):
             assert prefix_only not in plan, (sql, plan)
+
+
+def test_a_full_disk_says_disk_full_and_keeps_what_was_stored(make_memory):
+    """SQLITE_FULL (here: the page limit reached) used to surface as 'cannot rollback - no transaction is active'."""
+    memory = make_memory("bm25")
+    memory.add(TRIP, user_id="maya")
+    store = memory.store
+    pages = store._query("PRAGMA page_count")[0][0]
+    store._conn.execute(f"PRAGMA max_page_count={pages}")  # the disk is full from now on
+    big = [{"id": f"big{i}", "text": "x" * 200_000} for i in range(3)]
+    with pytest.raises(CuememError, match="disk full") as caught:
+        memory.add(big, user_id="maya")
+    assert "cannot rollback" not in str(caught.value)
+    assert [t.id for t in memory.turns(user_id="maya")] == ["d1", "d2", "d3", "d4"]
+    store._conn.execute(f"PRAGMA max_page_count={2**31}")
+    assert memory.add(big, user_id="maya").added == ["big0", "big1", "big2"]

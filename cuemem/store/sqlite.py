@@ -352,10 +352,10 @@ class SQLiteStore:
                         self._conn.execute(f"RELEASE sp{depth}")
                 except sqlite3.Error:
                     if isinstance(exc, sqlite3.Error):  # SQLite already rolled back (disk full, I/O error)
-                        raise StoreError(f"could not write to {self.path}: {exc}") from exc
+                        raise self._write_failed(exc) from exc
                     raise
                 if isinstance(exc, sqlite3.Error):
-                    raise StoreError(f"could not write to {self.path}: {exc}") from exc
+                    raise self._write_failed(exc) from exc
                 raise
             self._depth = depth
             if depth > 0:
@@ -369,7 +369,15 @@ class SQLiteStore:
                     self._vectors.clear()
                 with suppress(sqlite3.Error):
                     self._conn.execute("ROLLBACK")
-                raise StoreError(f"could not commit to {self.path}: {exc}") from exc
+                raise self._write_failed(exc) from exc
+
+    def _write_failed(self, exc: sqlite3.Error) -> StoreError:
+        """The error a failed write reports: the real cause (a full disk above all), never the failed rollback
+        that follows it; the transaction was undone, so what was stored before is intact."""
+        if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc).lower():
+            return StoreError(f"disk full: {self.path} could not be written ({exc}); this write was undone and"
+                              " everything stored before is intact. Free some space and try again.")  # fmt: skip
+        return StoreError(f"could not write to {self.path}: {exc}; this write was undone")
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run a read: inside this thread's write transaction on its connection (it sees its own writes), else on
