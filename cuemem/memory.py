@@ -459,6 +459,29 @@ class Memory:
         equal (used to check that concurrent and crashed ingests equal a sequential one)."""
         return self.store.derived_state(self.store.namespace_id(Namespace(user_id, agent_id, run_id)))
 
+    def pending(
+        self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None, engine: str | None = None
+    ) -> int:
+        """How many of the namespace's turns the engine has not indexed yet (e.g. after a change of embedder, every
+        one of them: the next search embeds them all first)."""
+        chosen = self._engine(engine)
+        ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))
+        return self.store.count_turns(ns, after_seq=self.store.watermark(ns, self._progress_key(chosen)))
+
+    def catch_up(
+        self,
+        *,
+        user_id: str,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        engine: str | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Index the turns the engine has not indexed yet, reporting progress; returns how many it indexed
+        (search does this by itself, silently; long catch-ups deserve a progress bar)."""
+        namespace = Namespace(user_id, agent_id, run_id)
+        return self._sync(self._engine(engine), self.store.namespace_id(namespace), namespace, progress)
+
     def reindex(
         self,
         *,

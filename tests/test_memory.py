@@ -221,3 +221,18 @@ def test_import_keeps_idless_repeats_across_chunks(make_memory):
     assert sum(t.text == "ok" for t in memory.turns(user_id="u")) == 2
     again = memory.import_(lines, user_id="u")  # and importing the file again is still a no-op
     assert (again.added, again.skipped) == (0, 302)
+
+
+def test_pending_and_catch_up_report_what_a_new_embedder_must_index(tmp_path):
+    from cuemem import Memory
+    from cuemem.embed import HashingEmbedder
+
+    path = tmp_path / "m.db"
+    with Memory(path, engine="dense", embedder=HashingEmbedder(dim=64)) as memory:
+        memory.add(TRIP, user_id="maya")
+        assert memory.pending(user_id="maya") == 0
+    with Memory(path, engine="dense", embedder=HashingEmbedder(dim=128)) as memory:  # another embedding model
+        assert memory.pending(user_id="maya") == 4 and memory.pending(user_id="maya", engine="bm25") == 4
+        seen: list[int] = []
+        assert memory.catch_up(user_id="maya", progress=seen.append) == 4 and sum(seen) == 4
+        assert memory.pending(user_id="maya") == 0

@@ -499,8 +499,9 @@ class SQLiteStore:
             if left is not None:
                 left -= len(rows)
 
-    def count_turns(self, ns: int) -> int:
-        return self._query("SELECT COUNT(*) FROM turns WHERE ns=?", (ns,))[0][0]
+    def count_turns(self, ns: int, *, after_seq: int = 0) -> int:
+        """How many turns the namespace holds (past `after_seq`: how many an engine has still to index)."""
+        return self._query("SELECT COUNT(*) FROM turns WHERE ns=? AND seq>?", (ns, after_seq))[0][0]
 
     def last_seq(self, ns: int) -> int:
         """The log position of the namespace's newest turn (0 when empty)."""
