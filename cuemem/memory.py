@@ -42,6 +42,7 @@ Message = str | bytes | Mapping[str, Any] | Turn
 ProgressFactory = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
 INGEST_BATCH = 256  # turns per engine ingest call: bounds memory and gives progress bars a pulse
 MODEL_BATCH = 8  # for engines that call a model per turn: each batch holds the write lock, so keep it short
+MAX_METADATA_DEPTH = 100  # deeper metadata is refused: it could exhaust the stack when the store serialises it
 
 
 @dataclass
@@ -293,6 +294,8 @@ class Memory:
         metadata = data.get("metadata") or {}
         if not isinstance(metadata, Mapping):
             raise InvalidTurnError("metadata must be a JSON object")
+        if _deeper_than(metadata, MAX_METADATA_DEPTH):
+            raise InvalidTurnError(f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep")
         try:
             json.dumps(metadata, ensure_ascii=False).encode("utf-8")
         except RecursionError as exc:
@@ -650,6 +653,23 @@ def _namespace_of_line(data: dict[str, Any]) -> Namespace | None:
     if not isinstance(raw, Mapping) or "user_id" not in raw:
         raise ImportFormatError("namespace must be an object with a user_id")
     return Namespace(raw["user_id"], raw.get("agent_id"), raw.get("run_id"))
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether containers nest more than `limit` levels deep (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _clean_text(text: Any, max_bytes: int) -> str:

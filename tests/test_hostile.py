@@ -63,6 +63,15 @@ def test_a_number_too_long_to_convert_rejects_only_its_line(make_memory):
     assert report.added == 1 and [n for n, _ in report.errors] == [1]
 
 
+def test_metadata_nested_deep_enough_to_exhaust_the_stack_later_is_refused(make_memory):
+    memory = make_memory("bm25")
+    deep = b'{"id": "d", "text": "x", "metadata": {"a": ' + b"[" * 900 + b"]" * 900 + b"}}"
+    report = memory.import_([deep, turn_line("a", "kept")], user_id="u")
+    assert report.added == 1 and report.errors == [(1, "metadata is nested more than 100 levels deep")]
+    fine = {"id": "f", "text": "x", "metadata": {"a": [[[{"b": [1]}]]]}}
+    assert memory.add(fine, user_id="u").added == ["f"]
+
+
 def locomo(*samples: Any) -> bytes:
     return json.dumps(list(samples)).encode()
 
