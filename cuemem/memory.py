@@ -25,7 +25,7 @@ from .embed import make_embedder
 from .embed.base import Embedder
 from .engines import Engine, EngineContext, get_engine
 from .errors import CuememError, ImportFormatError, InvalidTurnError, TurnNotFoundError
-from .formats import ImportReport, iter_jsonl, locomo_turns, read_locomo, sniff_format
+from .formats import ImportReport, count_lines, file_lines, iter_jsonl, iter_locomo_turns, read_locomo, sniff_format
 from .index.budget import pack
 from .index.live import IndexCache
 from .index.tokens import TokenCounter, default_counter
@@ -42,6 +42,7 @@ Message = str | bytes | Mapping[str, Any] | Turn
 ProgressFactory = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
 INGEST_BATCH = 256  # turns per engine ingest call: bounds memory and gives progress bars a pulse
 MODEL_BATCH = 8  # for engines that call a model per turn: each batch holds the write lock, so keep it short
+MAX_METADATA_DEPTH = 100  # deeper metadata is refused: it could exhaust the stack when the store serialises it
 
 
 @dataclass
@@ -240,11 +241,17 @@ class Memory:
         return result
 
     def _validate(
-        self, messages: list[Message], namespace: Namespace, session_id: str | None, timestamp: str | None
+        self,
+        messages: list[Message],
+        namespace: Namespace,
+        session_id: str | None,
+        timestamp: str | None,
+        seen: Counter[str] | None = None,
     ) -> tuple[list[Turn], list[tuple[int, str]]]:
+        """Turns and rejections; `seen` counts id-less repeats (pass one Counter to span several calls)."""
         turns: list[Turn] = []
         rejected: list[tuple[int, str]] = []
-        seen: Counter[str] = Counter()
+        seen = Counter() if seen is None else seen
         for index, message in enumerate(messages):
             try:
                 turn = self._to_turn(message, namespace, session_id, timestamp, seen)
@@ -287,15 +294,20 @@ class Memory:
         metadata = data.get("metadata") or {}
         if not isinstance(metadata, Mapping):
             raise InvalidTurnError("metadata must be a JSON object")
+        if _deeper_than(metadata, MAX_METADATA_DEPTH):
+            raise InvalidTurnError(f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep")
         try:
             json.dumps(metadata, ensure_ascii=False).encode("utf-8")
+        except RecursionError as exc:
+            raise InvalidTurnError("metadata is nested too deeply") from exc
         except (TypeError, ValueError, UnicodeEncodeError) as exc:
             raise InvalidTurnError(f"metadata is not JSON-serialisable UTF-8: {exc}") from exc
         turn_id = data.get("id")
         if turn_id is None:
             basis = json.dumps([session, speaker, text, stamp], ensure_ascii=False)
-            seen[basis] += 1
-            basis += f"#{seen[basis]}"
+            key = hashlib.sha256(basis.encode("utf-8")).hexdigest()  # a digest: the count holds no text
+            seen[key] += 1
+            basis += f"#{seen[key]}"
             # Keyed with the store's salt: stable within this store (a retried add is a no-op), but no one can
             # confirm a guess of a deleted turn's words from an id left in the history.
             turn_id = "t-" + hmac.new(self.store.salt, basis.encode("utf-8"), hashlib.sha256).hexdigest()[:16]
@@ -419,16 +431,16 @@ class Memory:
         (every agent and run); with `agent_id`, that agent's namespace and all its runs; with `run_id`, exactly
         the namespace named. Logs, every derived row, cached model calls and history go, in one transaction.
         Returns each namespace deleted with its number of turns; raises UnknownNamespaceError when there is none."""
-        Namespace(user_id, agent_id, run_id)  # validates the ids
+        named = Namespace(user_id, agent_id, run_id)  # validates and normalises the ids
         targets = [
             namespace
             for namespace, _ in self.store.namespaces()
-            if namespace.user_id == user_id
-            and (namespace.agent_id == agent_id or (agent_id is None and run_id is None))
-            and (run_id is None or namespace.run_id == run_id)
+            if namespace.user_id == named.user_id
+            and (namespace.agent_id == named.agent_id or (agent_id is None and run_id is None))
+            and (run_id is None or namespace.run_id == named.run_id)
         ]
         if not targets:
-            self.store.namespace_id(Namespace(user_id, agent_id, run_id))  # raises UnknownNamespaceError
+            self.store.namespace_id(named)  # raises UnknownNamespaceError
         deleted, ids = [], []
         with self.store.transaction():  # all or nothing
             for namespace in targets:
@@ -529,35 +541,64 @@ class Memory:
         run_id: str | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> ImportReport:
-        """Add turns from JSONL lines (the export format); a bad line is reported and every good one kept.
+        """Add turns from JSONL lines (the export format); a bad line is reported by number and every good one
+        kept. Lines are read one at a time and written in batches, so any iterable of lines streams.
 
-        A line's own "namespace" wins; otherwise the namespace given here is used.
+        With a `user_id`, every line goes into the namespace given here, whatever the line's own "namespace"
+        says: importing alice's export with user_id="bob" copies it into bob. The lines may name one namespace
+        besides the one given (the one being copied); a line naming yet another is rejected by its number, so a
+        file mixing several tenants is never merged into one. Without a user_id, each line's own "namespace"
+        decides, and a line without one is rejected.
         """
         report = ImportReport()
-        groups: dict[Namespace, list[tuple[int, dict[str, Any]]]] = {}
-        default = Namespace(user_id, agent_id, run_id) if user_id else None
+        target = Namespace(user_id, agent_id, run_id) if user_id is not None else None
+        source: Namespace | None = None  # the one other namespace the lines may name when a target is given
+        pending: dict[Namespace, list[tuple[int, dict[str, Any]]]] = {}
+        seen: dict[Namespace, Counter[str]] = {}  # id-less repeats are counted across the whole file
+
+        def flush(namespace: Namespace) -> None:
+            rows = pending.pop(namespace, [])
+            turns, rejected = self._validate(
+                [data for _, data in rows], namespace, None, None, seen.setdefault(namespace, Counter())
+            )
+            report.errors.extend((rows[i][0], why) for i, why in rejected)
+            if rejected and progress:
+                progress(len(rejected))
+            if not turns:
+                return
+            ns = self.store.namespace_id(namespace, create=True)
+            appended = self.store.append_turns(ns, turns)
+            report.added += len(appended.added)
+            report.skipped += len(appended.skipped)
+            self._sync(self.engine, ns, namespace)
+            if progress:
+                progress(len(turns))
+
         for lineno, data in iter_jsonl(lines, report):
             try:
-                namespace = _namespace_of_line(data, default)
+                named = _namespace_of_line(data)
+                if target is None:
+                    if named is None:
+                        raise ImportFormatError("line has no namespace and no --user-id was given")
+                    namespace = named
+                else:
+                    if named is not None and named != target:
+                        if source is None:
+                            source = named
+                        elif named != source:
+                            raise ImportFormatError(
+                                f"line names namespace ({named}), but this import copies ({source}) into"
+                                f" ({target}): import one namespace at a time"
+                            )
+                    namespace = target
             except (ImportFormatError, ValueError) as exc:
                 report.errors.append((lineno, str(exc)))
                 continue
-            groups.setdefault(namespace, []).append((lineno, data))
-        for namespace, rows in groups.items():
-            # One validation pass per namespace, so id-less repeats are counted across the whole file.
-            turns, rejected = self._validate([data for _, data in rows], namespace, None, None)
-            report.errors += [(rows[i][0], why) for i, why in rejected]
-            if rejected and progress:
-                progress(len(rejected))
-            ns = self.store.namespace_id(namespace, create=True) if turns else None
-            for start in range(0, len(turns), INGEST_BATCH):
-                chunk = turns[start : start + INGEST_BATCH]
-                appended = self.store.append_turns(ns, chunk)  # type: ignore[arg-type]
-                report.added += len(appended.added)
-                report.skipped += len(appended.skipped)
-                self._sync(self.engine, ns, namespace)  # type: ignore[arg-type]
-                if progress:
-                    progress(len(chunk))
+            pending.setdefault(namespace, []).append((lineno, data))
+            if len(pending[namespace]) >= INGEST_BATCH:
+                flush(namespace)
+        for namespace in list(pending):
+            flush(namespace)
         report.errors.sort(key=lambda e: (str(type(e[0])), e[0]))
         return report
 
@@ -572,38 +613,51 @@ class Memory:
         samples: Sequence[str] | None = None,
         progress: ProgressFactory | None = None,
     ) -> ImportReport:
-        """Ingest a conversation file: JSONL (the export format; a bad line is reported by number and every good
-        one kept) or LoCoMo JSON (each sample into namespace `user_id` or, by default, its sample id; with a
-        user_id and several samples, each sample becomes a run). `file_format` is auto, jsonl or locomo."""
+        """Ingest a conversation file: JSONL (the export format, streamed line by line; a bad line is reported by
+        number and every good one kept; see `import_` for which namespace each line goes to) or LoCoMo JSON (each
+        sample into namespace `user_id` or, by default, its sample id; with a user_id and several samples, each
+        sample becomes a run; a bad turn or sample is reported by sample id and position and every good one
+        kept). `file_format` is auto, jsonl or locomo."""
         path = Path(path)
         if file_format == "auto":
             file_format = sniff_format(path)
         bar = progress or (lambda label, total: nullcontext(lambda n: None))
         if file_format == "jsonl":
-            lines = path.read_bytes().splitlines()
-            with bar(f"ingest {path.name}", len(lines)) as advance:
-                return self.import_(lines, user_id=user_id, agent_id=agent_id, run_id=run_id, progress=advance)
+            with bar(f"ingest {path.name}", count_lines(path)) as advance:
+                return self.import_(
+                    file_lines(path), user_id=user_id, agent_id=agent_id, run_id=run_id, progress=advance
+                )
         if file_format != "locomo":
             raise CuememError(f"unknown format {file_format!r}: choose auto, jsonl or locomo")
         report = ImportReport()
-        chosen = [s for s in read_locomo(path) if not samples or s.get("sample_id") in samples]
+        chosen = [s for s in read_locomo(path, report.errors) if not samples or s.get("sample_id") in samples]
         if run_id is not None and len(chosen) > 1:  # their turn ids (D1:1 ...) repeat: one namespace would drop them
             raise CuememError(
                 f"{path} holds {len(chosen)} samples and a run id was given: each sample needs its own namespace;"
                 " drop the run id (each sample becomes a run) or choose one sample"
             )
+        if user_id is not None:
+            Namespace(user_id, agent_id, run_id)  # a bad id given by the caller refuses the call
         for sample in chosen:
-            turns = locomo_turns(sample)
             sid = str(sample.get("sample_id", "sample"))
             user = user_id or sid
             run = run_id or (sid if user_id and len(chosen) > 1 else None)
+            try:
+                Namespace(user, agent_id, run)
+            except ValueError as exc:  # a sample id that cannot be a namespace rejects that sample only
+                report.errors.append((sid, f"sample skipped: {exc}"))
+                continue
+            problems: list[str] = []
+            turns = list(iter_locomo_turns(sample, problems))
+            report.errors += [(sid, why) for why in problems]
             with bar(f"ingest {sid}", len(turns)) as advance:
                 for start in range(0, len(turns), INGEST_BATCH):
                     chunk = turns[start : start + INGEST_BATCH]
-                    result = self.add(chunk, user_id=user, agent_id=agent_id, run_id=run, on_error="skip")
+                    result = self.add([t for _, t in chunk], user_id=user, agent_id=agent_id, run_id=run,
+                                      on_error="skip")  # fmt: skip
                     report.added += len(result.added)
                     report.skipped += len(result.skipped)
-                    report.errors += [(chunk[i].id, why) for i, why in result.rejected]
+                    report.errors += [(sid, f"{chunk[i][0]} ({chunk[i][1].id}): {why}") for i, why in result.rejected]
                     advance(len(chunk))
         return report
 
@@ -614,15 +668,31 @@ def _spec(engine: Engine) -> DerivedSpec:
     return spec if isinstance(spec, DerivedSpec) else DerivedSpec(engine.name, (), "rebuild")
 
 
-def _namespace_of_line(data: dict[str, Any], default: Namespace | None) -> Namespace:
+def _namespace_of_line(data: dict[str, Any]) -> Namespace | None:
+    """The namespace a JSONL line names (taken out of the line), or None."""
     raw = data.pop("namespace", None)
     if raw is None:
-        if default is None:
-            raise ImportFormatError("line has no namespace and no --user-id was given")
-        return default
+        return None
     if not isinstance(raw, Mapping) or "user_id" not in raw:
         raise ImportFormatError("namespace must be an object with a user_id")
     return Namespace(raw["user_id"], raw.get("agent_id"), raw.get("run_id"))
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether containers nest more than `limit` levels deep (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _clean_text(text: Any, max_bytes: int) -> str:

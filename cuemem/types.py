@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+# Characters an id may not hold: controls, invisible format characters (bidi overrides and isolates, zero-width
+# spaces and joiners, the byte-order mark), surrogates and line/paragraph separators. Ids that look alike must be
+# alike, so these are refused rather than stored.
+_REFUSED_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
 
 
 @dataclass(frozen=True, order=True)
 class Namespace:
-    """A hard partition of memory: one user, optionally one agent and one run (DESIGN.md promise 2)."""
+    """A hard partition of memory: one user, optionally one agent and one run (DESIGN.md promise 2).
+
+    Ids are normalised here, once, for the API, the CLI and import alike: Unicode NFC (a composed and a decomposed
+    "café" are one id) with surrounding whitespace stripped; an id holding a control or invisible character (bidi
+    overrides, zero-width characters, U+FEFF) is refused with ValueError.
+    """
 
     user_id: str
     agent_id: str | None = None
@@ -21,6 +32,14 @@ class Namespace:
                 continue
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"namespace {name} must be a non-empty string, got {value!r}")
+            clean = unicodedata.normalize("NFC", value).strip()
+            bad = next((c for c in clean if unicodedata.category(c) in _REFUSED_CATEGORIES), None)
+            if bad is not None:
+                raise ValueError(
+                    f"namespace {name} {clean!r} contains the control or invisible character U+{ord(bad):04X}"
+                    f" ({unicodedata.name(bad, 'unnamed')}): ids that look alike must be alike; remove it"
+                )
+            object.__setattr__(self, name, clean)
 
     def __str__(self) -> str:
         parts = [f"user={self.user_id}"]
