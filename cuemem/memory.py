@@ -431,7 +431,13 @@ class Memory:
         (every agent and run); with `agent_id`, that agent's namespace and all its runs; with `run_id`, exactly
         the namespace named. Logs, every derived row, cached model calls and history go, in one transaction.
         Returns each namespace deleted with its number of turns; raises UnknownNamespaceError when there is none."""
-        named = Namespace(user_id, agent_id, run_id)  # validates and normalises the ids
+        try:
+            named = Namespace(user_id, agent_id, run_id)  # validates and normalises the ids
+        except ValueError:
+            # An id a store of an older version kept as it was (Namespace.stored) can still be deleted by its name.
+            named = Namespace.stored(user_id, agent_id, run_id)
+            if not any(ns == named for ns, _ in self.store.namespaces()):
+                raise
         targets = [
             namespace
             for namespace, _ in self.store.namespaces()

@@ -41,6 +41,15 @@ class Namespace:
                 )
             object.__setattr__(self, name, clean)
 
+    @classmethod
+    def stored(cls, user_id: str, agent_id: str | None, run_id: str | None) -> Namespace:
+        """A namespace as a store holds it, taken as it is: a store written before ids were normalised may hold
+        one that a new Namespace would refuse, and listing, exporting or deleting it must still work."""
+        namespace = object.__new__(cls)
+        for name, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
+            object.__setattr__(namespace, name, value)
+        return namespace
+
     def __str__(self) -> str:
         parts = [f"user={self.user_id}"]
         if self.agent_id:

@@ -499,3 +499,27 @@ def test_several_locomo_samples_into_one_run_are_refused(tmp_path: Path):
             memory.ingest_file(path, user_id="u", run_id="r")
         report = memory.ingest_file(path, user_id="u")  # each sample becomes a run
         assert report.added == 2 and sorted(str(ns.run_id) for ns, _ in memory.namespaces()) == ["x", "y"]
+
+
+def test_old_namespace_ids_are_normalised_or_kept_reachable_by_the_migration(tmp_path: Path):
+    """v1 took ids as given; v2 normalises them (NFC, stripped) and refuses invisible characters. The migration
+    brings old ids in line where it can, and a store row a new Namespace would refuse is still listed and deletable."""
+    path = tmp_path / "old.db"
+    write_v1_store(path)
+    con = sqlite3.connect(path)
+    for user in (" dora ", "cafe\u0301", "ali\u202ece"):
+        ns = con.execute("INSERT INTO namespaces(user_id, agent_id, run_id, created_at) VALUES(?,'','',1.7e9)",
+                         (user,)).lastrowid  # fmt: skip
+        con.execute("INSERT INTO turns(ns, turn_id, session_id, speaker, text, timestamp, metadata, added_at)"
+                    " VALUES(?,?,?,?,?,NULL,'{}',1.7e9)", (ns, "t1", "s", "user", f"a turn of {user}"))  # fmt: skip
+    con.commit()
+    con.close()
+    with open_memory(path, "bm25") as memory:
+        users = {ns.user_id for ns, _ in memory.namespaces()}
+        assert {"dora", "caf\u00e9", "ali\u202ece"} <= users  # the first two normalised, the third kept as it was
+        assert memory.turns(user_id=" dora")[0].id == "t1"
+        assert memory.turns(user_id="cafe\u0301")[0].id == "t1"  # NFD finds the NFC namespace
+        assert memory.delete_all(user_id="caf\u00e9")[0][1] == 1
+        assert memory.delete_all(user_id="ali\u202ece")[0][1] == 1  # refused as a new id, deletable as an old one
+        with pytest.raises(ValueError, match="U\\+202E"):
+            memory.delete_all(user_id="ali\u202ece")  # gone now: a bad new id is refused again

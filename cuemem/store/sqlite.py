@@ -18,6 +18,7 @@ import secrets
 import sqlite3
 import threading
 import time
+import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -166,6 +167,14 @@ def _migrate_1_to_2(c: sqlite3.Connection) -> None:
     c.execute("ALTER TABLE item_turns ADD COLUMN cited INTEGER NOT NULL DEFAULT 1")
     for table in ("items", "kv", "watermarks"):
         c.execute(f"DELETE FROM {table}")
+    # Namespace ids are NFC-normalised and stripped from v2 on (types.Namespace): bring old ids in line, unless
+    # that would merge two namespaces (then the old id stays, still listed, exported and deletable as it is).
+    for ns, *ids in c.execute("SELECT id, user_id, agent_id, run_id FROM namespaces").fetchall():
+        clean = [unicodedata.normalize("NFC", v).strip() for v in ids]
+        if clean != ids and clean[0] and not c.execute(
+            "SELECT 1 FROM namespaces WHERE user_id=? AND agent_id=? AND run_id=?", clean
+        ).fetchone():
+            c.execute("UPDATE namespaces SET user_id=?, agent_id=?, run_id=? WHERE id=?", (*clean, ns))
 
 
 MIGRATIONS = {1: _migrate_1_to_2}
@@ -432,14 +441,14 @@ class SQLiteStore:
             "SELECT n.user_id, n.agent_id, n.run_id, (SELECT COUNT(*) FROM turns t WHERE t.ns = n.id)"
             " FROM namespaces n ORDER BY n.id"
         )
-        return [(Namespace(u, a or None, r or None), count) for u, a, r, count in rows]
+        return [(Namespace.stored(u, a or None, r or None), count) for u, a, r, count in rows]
 
     def _namespace_of(self, ns: int) -> Namespace:
         rows = self._query("SELECT user_id, agent_id, run_id FROM namespaces WHERE id=?", (ns,))
         if not rows:
             raise UnknownNamespaceError(f"namespace id {ns} does not exist")
         u, a, r = rows[0]
-        return Namespace(u, a or None, r or None)
+        return Namespace.stored(u, a or None, r or None)
 
     # ------------------------------------------------------------------ the raw log
     def append_turns(self, ns: int, turns: Sequence[Turn]) -> AppendResult:
