@@ -164,7 +164,7 @@ class ProgressLog:
         if now - (last if last is not None else start) >= PROGRESS_EVERY or (done == total and last is not None):
             self.last[label] = now
             of = f" of {total}" if total else ""
-            print(f"{label}: {done}{of} done, {now - start:.0f} s", file=sys.stderr, flush=True)
+            print(f"{visible(label)}: {done}{of} done, {now - start:.0f} s", file=sys.stderr, flush=True)
 
 
 @contextmanager
@@ -188,7 +188,7 @@ def progress_bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
         console=err,
         transient=False,
     ) as bar:
-        task = bar.add_task(label, total=total)
+        task = bar.add_task(escape(visible(label)), total=total)  # a description is markup: labels hold file names
         yield lambda n: bar.advance(task, n)
 
 
@@ -301,7 +301,8 @@ def search(
         print_json(result.as_dict())
     else:
         _print_retrieval(result)
-        err.print(f"{len(result.hits)} hits, {result.tokens} tokens, {result.seconds * 1000:.1f} ms ({result.engine})")
+        ms = result.seconds * 1000
+        say(f"{len(result.hits)} hits, {result.tokens} tokens, {ms:.1f} ms ({result.engine})", to=err)
 
 
 @app.command()
@@ -498,13 +499,13 @@ def _replaced_on_success(output: Path) -> Iterator[Any]:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     tmp = Path(tmp_name)
     try:
-        if target.exists():
-            os.chmod(fd, target.stat().st_mode & 0o7777)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(fd, 0o666 & ~umask)
         with open(fd, "w", encoding="utf-8") as fh:
+            if target.exists():
+                os.chmod(fd, target.stat().st_mode & 0o7777)
+            else:
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(fd, 0o666 & ~umask)
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
@@ -632,7 +633,7 @@ def bench(
                 log.line(f"{dataset} · {engine}", done, total)
                 return
             if engine not in bars:
-                bars[engine] = progress.add_task(f"{dataset} · {engine}", total=total)
+                bars[engine] = progress.add_task(escape(visible(f"{dataset} · {engine}")), total=total)
             progress.update(bars[engine], completed=done, total=total or None)
 
         results = run(config, advance)
@@ -679,7 +680,7 @@ def demo(
     path = db or Path(tmp.name) / "demo.db"  # type: ignore[union-attr]
     with _memory(db=path) as memory:
         user = "maya"
-        console.rule(f"cuemem demo — engine [bold]{memory.engine.name}[/bold], store {path}")
+        console.rule(f"cuemem demo — engine [bold]{escape(memory.engine.name)}[/bold], store {escape(visible(path))}")
         sessions = len({t.session_id for t in turns})
         console.print(f"Ingesting {len(turns)} turns from {sessions} sessions of '{sample['sample_id']}' ...")
         with progress_bar("ingest", len(turns)) as advance:

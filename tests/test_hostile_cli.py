@@ -173,3 +173,28 @@ def test_json_output_is_plain_json_written_without_rich(tmp_path, monkeypatch, n
                  ["delete", "-u", "u", "[/]", "--json"]):  # fmt: skip
         r = cli(tmp_path, *args)
         assert r.exit_code == 0 and json.loads(r.stdout) is not None, (args, r.output)
+
+
+def test_file_names_and_sample_ids_with_markup_in_progress_bars(tmp_path, monkeypatch):
+    """Progress bars on a terminal render their description as markup: a sample id `[/]s` crashed them, a file
+    named `[blink red]turns.jsonl` showed as `turns.jsonl`; so did the demo's heading for a store under `[/`."""
+    import io
+
+    from rich.console import Console
+
+    screen = io.StringIO()
+    monkeypatch.setattr("cuemem.cli.err", Console(file=screen, force_terminal=True, width=100))
+    turns = tmp_path / "[blink red]turns\x1b[2J.jsonl"
+    turns.write_text('{"id": "a", "text": "first"}\n')
+    r = cli(tmp_path, "import", str(turns), "-u", "u")
+    assert r.exit_code == 0, r.output
+    assert "import [blink red]turns\\x1b[2J.jsonl" in screen.getvalue()
+    sample = {"sample_id": "[/]s", "conversation": {"session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]}}
+    locomo = tmp_path / "[bold]l.json"
+    locomo.write_text(json.dumps([sample]))
+    r = cli(tmp_path, "ingest", str(locomo))
+    assert r.exit_code == 0, r.output
+    assert "ingest [/]s" in screen.getvalue()
+    (tmp_path / "[").mkdir()
+    r = cli(tmp_path, "demo", "--db", str(tmp_path / "[" / "]demo.db"), "--no-answers")
+    assert r.exit_code == 0 and "[/]demo.db" in r.output, r.output
