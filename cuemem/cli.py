@@ -481,7 +481,9 @@ def export(
 
 def _refuse_store_files(output: Path, db: Path) -> None:
     """Refuse to write over the store, its WAL or its shared-memory file (also by a symlink or a hard link)."""
-    store_files = [Path(f"{db}{suffix}") for suffix in ("", "-wal", "-shm", "-journal")]
+    # SQLite names the side files after the store's real path when the store is reached by a symlink
+    suffixes = ("", "-wal", "-shm", "-journal")
+    store_files = [Path(f"{base}{suffix}") for base in (db, db.resolve()) for suffix in suffixes]
     target = output.resolve()
     for path in store_files:
         same = target == path.resolve()

@@ -44,6 +44,10 @@ def test_export_onto_the_store_or_its_side_files_is_refused(tmp_path):
     assert db.read_bytes() == before
     r = cli(tmp_path, "get", "p1", "-u", "maya")
     assert r.exit_code == 0 and json.loads(r.stdout)["text"] == "precious"
+    store_link = tmp_path / "store-link.db"  # the store reached by a symlink: its side files are the real ones'
+    store_link.symlink_to(db)
+    r = runner.invoke(app, ["--db", str(store_link), "export", "-o", f"{db}-wal"])
+    assert r.exit_code == 1 and "store's own file" in r.output
 
 
 def test_a_failed_export_leaves_the_old_file_as_it_was(tmp_path):
