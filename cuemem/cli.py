@@ -610,8 +610,9 @@ def bench(
 
     if dataset not in DATASET_FILES:
         raise CuememError(f"unknown dataset {dataset!r}: locomo or longmemeval")
+    settings = _settings()  # names the config file read, if any
     if data is None:
-        directory = _settings().datasets
+        directory = settings.datasets
         data = directory / DATASET_FILES[dataset]
         if not data.is_file():
             raise CuememError(
