@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import re
 import sqlite3
 import sys
 import tempfile
@@ -12,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import IO, Annotated, Any, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -21,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from .config import Settings
+from .config import Settings, default_config_file
 from .engines import available_engines
 from .errors import CuememError
 from .formats import locomo_turns, read_locomo
@@ -47,9 +49,62 @@ class State:
     engine: str | None = None
     embedder: str | None = None
     config: Path | None = None
+    config_named: bool = False  # "using config FILE" said once per command
 
 
 state = State()
+
+# Stored ids and text are data, never terminal input: control characters (C0 but newline and tab, DEL, C1, and
+# the bidirectional overrides and line separators that reorder or break what the reader sees) are shown escaped.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# In JSON the same characters (json.dumps escapes only C0) are written as \uXXXX escapes: the same JSON value.
+_UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: object) -> str:
+    """`text` with every control character spelled out (`\\x1b`, `\\u202e`), safe to show on a terminal."""
+    return _UNSAFE.sub(lambda m: repr(m.group())[1:-1], str(text))
+
+
+def say(text: object, *, to: Console | None = None, style: str | None = None) -> None:
+    """Print a line that holds user data: no rich markup, no highlighting, no raw control characters."""
+    (to or console).print(Text(visible(text), style=style or ""), markup=False, highlight=False, soft_wrap=True)
+
+
+def _json_safe(chunk: str) -> str:
+    return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", chunk)
+
+
+class _SafeJsonStream:
+    """A text stream for JSON lines bound for stdout: what json leaves raw and a terminal would act on, escaped."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+
+    def write(self, chunk: str) -> int:
+        return int(self.out.write(_json_safe(chunk)))
+
+
+def print_json(data: Any) -> None:
+    """JSON on stdout, streamed by the json module (not rich's pretty-printer, which needs gigabytes and minutes
+    for 100k hits); indented; strings are data, with no character a terminal would act on left raw."""
+    out, batch = sys.stdout, []
+    for chunk in json.JSONEncoder(ensure_ascii=False, indent=2).iterencode(data):
+        batch.append(chunk)
+        if len(batch) == 4096:  # escaping and writing in batches: 100k hits take ~2 s, no extra memory
+            out.write(_json_safe("".join(batch)))
+            batch.clear()
+    out.write(_json_safe("".join(batch)) + "\n")
+    out.flush()
+
+
+def _settings(**overrides: Any) -> Settings:
+    """The command's settings; the config file read, if any, is named on stderr (once)."""
+    path = state.config or default_config_file()
+    if path is not None and not state.config_named:
+        state.config_named = True
+        say(f"using config {path}", to=err, style="dim")
+    return Settings.load(path, **overrides)
 
 
 @app.callback()
@@ -60,12 +115,12 @@ def main(
     config: Annotated[Path | None, typer.Option(help="TOML settings file.")] = None,
 ) -> None:
     state.db, state.engine, state.embedder, state.config = db, engine, embedder, config
+    state.config_named = False
 
 
 def _memory(*, read_only: bool = False, **overrides: Any) -> Memory:
     """The Memory of the command; commands that only read open the store read-only (no write, no waiting)."""
-    settings = Settings.load(
-        state.config,
+    settings = _settings(
         db=overrides.pop("db", state.db),
         engine=state.engine,
         embedder=state.embedder,
@@ -85,7 +140,7 @@ def handles_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except (CuememError, ValueError, KeyError, OSError, sqlite3.Error) as exc:
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-            err.print(f"[red]Error:[/red] {msg}", highlight=False)
+            err.print(Text("Error:", style="red") + Text(f" {visible(msg)}"), markup=False, highlight=False)
             raise typer.Exit(1) from exc
 
     return wrapper  # type: ignore[return-value]
@@ -109,7 +164,7 @@ class ProgressLog:
         if now - (last if last is not None else start) >= PROGRESS_EVERY or (done == total and last is not None):
             self.last[label] = now
             of = f" of {total}" if total else ""
-            print(f"{label}: {done}{of} done, {now - start:.0f} s", file=sys.stderr, flush=True)
+            print(f"{visible(label)}: {done}{of} done, {now - start:.0f} s", file=sys.stderr, flush=True)
 
 
 @contextmanager
@@ -133,7 +188,7 @@ def progress_bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
         console=err,
         transient=False,
     ) as bar:
-        task = bar.add_task(label, total=total)
+        task = bar.add_task(escape(visible(label)), total=total)  # a description is markup: labels hold file names
         yield lambda n: bar.advance(task, n)
 
 
@@ -148,10 +203,10 @@ def _print_retrieval(result: Retrieval, evidence: set[str] | None = None) -> Non
         mark = " ✓" if evidence and set(hit.turn_ids) & evidence else ""
         table.add_row(
             str(rank),
-            ",".join(hit.turn_ids) + mark,
-            str(hit.detail.get("session_id", "")),
+            Text(visible(",".join(hit.turn_ids)) + mark),  # ids and text are data: literal, controls escaped
+            Text(visible(hit.detail.get("session_id", ""))),
             f"{hit.score:.3f}",
-            Text(hit.text),  # literal: turns may contain [brackets] that rich would read as markup
+            Text(visible(hit.text)),
         )
     console.print(table)
 
@@ -178,11 +233,11 @@ def add(
     with _memory() as memory:
         result = memory.add(message, user_id=user_id, agent_id=agent_id, run_id=run_id, session_id=session_id)
     if as_json:
-        console.print_json(data={"added": result.added, "skipped": result.skipped})
+        print_json({"added": result.added, "skipped": result.skipped})
     elif result.added:
-        console.print(f"added {result.added[0]}")
+        say(f"added {result.added[0]}")
     else:
-        console.print(f"already stored: {result.skipped[0]}")
+        say(f"already stored: {result.skipped[0]}")
 
 
 @app.command()
@@ -210,12 +265,13 @@ SHOWN_ERRORS = 20
 
 def _report(summary: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        console.print_json(data=summary)
+        print_json(summary)
     else:
         console.print(f"added {summary['added']} turns, {summary['skipped']} already stored")
         errors = summary["errors"]
         for where, why in errors[:SHOWN_ERRORS]:
-            err.print(f"[yellow]rejected[/yellow] {where}: {why}", highlight=False)
+            err.print(Text("rejected", style="yellow") + Text(f" {visible(where)}: {visible(why)}"), markup=False,
+                      highlight=False, soft_wrap=True)  # fmt: skip
         if len(errors) > SHOWN_ERRORS:
             err.print(f"... and {len(errors) - SHOWN_ERRORS:,} more rejected (--json lists them all)")
         if errors:
@@ -242,10 +298,11 @@ def search(
             query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget, engine=engine
         )
     if as_json:
-        console.print_json(data=result.as_dict())
+        print_json(result.as_dict())
     else:
         _print_retrieval(result)
-        err.print(f"{len(result.hits)} hits, {result.tokens} tokens, {result.seconds * 1000:.1f} ms ({result.engine})")
+        ms = result.seconds * 1000
+        say(f"{len(result.hits)} hits, {result.tokens} tokens, {ms:.1f} ms ({result.engine})", to=err)
 
 
 @app.command()
@@ -268,15 +325,15 @@ def ask(
     if as_json:
         retrieval = result.retrieval.as_dict() if result.retrieval else None
         data = {"answer": result.text, "cited_turn_ids": result.cited_turn_ids, "llm": stats, "retrieval": retrieval}
-        console.print_json(data=data)
+        print_json(data)
         return
-    console.print(Text(result.text, style="bold"), highlight=False)
-    console.print(f"cites: {', '.join(result.cited_turn_ids) or '(nothing)'}", highlight=False)
+    say(result.text, style="bold")
+    say(f"cites: {', '.join(result.cited_turn_ids) or '(nothing)'}")
     if result.retrieval:
         cited = set(result.cited_turn_ids)
         for hit in result.retrieval.hits:
             if cited & set(hit.turn_ids):
-                console.print(f"  [{','.join(hit.turn_ids)}] {hit.text}", highlight=False, markup=False)
+                say(f"  [{','.join(hit.turn_ids)}] {hit.text}")
 
 
 llm_app = typer.Typer(help="Talk to the configured model directly (local SmolLM2 by default).", no_args_is_help=True)
@@ -284,7 +341,7 @@ app.add_typer(llm_app, name="llm")
 
 
 def _client() -> LLMClient:
-    return make_client(Settings.load(state.config))
+    return make_client(_settings())
 
 
 @llm_app.command("chat")
@@ -297,9 +354,9 @@ def llm_chat(
     """One chat turn with the model."""
     result = _client().chat([{"role": "user", "content": prompt}], max_tokens=max_tokens)
     if as_json:
-        console.print_json(data={"text": result.text, "usage": result.usage.as_dict()})
+        print_json({"text": result.text, "usage": result.usage.as_dict()})
     else:
-        console.print(result.text, highlight=False, markup=False)
+        say(result.text)
 
 
 @llm_app.command("choose")
@@ -313,10 +370,10 @@ def llm_choose(
     """Choose among the given options under a token-trie constraint: the answer is always one of them."""
     chosen = _client().choose([{"role": "user", "content": prompt}], option, k=k)
     if as_json:
-        console.print_json(data=[{"option": c.option, "logprob": c.logprob} for c in chosen])
+        print_json([{"option": c.option, "logprob": c.logprob} for c in chosen])
     else:
         for c in chosen:
-            console.print(c.option, highlight=False, markup=False)
+            say(c.option)
 
 
 @llm_app.command("stats")
@@ -326,19 +383,19 @@ def llm_stats(as_json: JsonOpt = False) -> None:
     namespace (cached in the store, "store") and unscoped ones (the llm_cache file, "file")."""
     client = _client()
     rows = [{"cache": "file", **r} for r in (client.cache.summary() if client.cache else [])]
-    settings = Settings.load(state.config, db=state.db)
+    settings = _settings(db=state.db)
     if settings.db.is_file():
         with Memory(settings=settings, read_only=True) as memory:
             rows += [{"cache": "store", **r} for r in memory.store.call_summary()]
     if as_json:
-        console.print_json(data=rows)
+        print_json(rows)
         return
     table = Table(box=None, header_style="bold")
     for col in ("cache", "backend", "stage", "method", "calls", "prompt tok", "completion tok", "seconds"):
         table.add_column(col, justify="left" if col in ("cache", "backend", "stage", "method") else "right")
     for r in rows:
         numbers = (str(r["calls"]), str(r["prompt_tokens"]), str(r["completion_tokens"]), f"{r['seconds']:.1f}")
-        table.add_row(Text(r["cache"]), Text(r["backend"]), Text(r["stage"]), Text(r["method"]), *numbers)
+        table.add_row(*(Text(visible(r[col])) for col in ("cache", "backend", "stage", "method")), *numbers)
     console.print(table)
 
 
@@ -351,7 +408,7 @@ def llm_purge() -> None:
     if not isinstance(client.cache, FileCallCache):
         raise CuememError("no llm_cache file is configured (llm_cache=off): nothing to purge")
     count = client.cache.purge()
-    console.print(f"purged {count} cached calls from {client.cache.path}", highlight=False, markup=False)
+    say(f"purged {count} cached calls from {client.cache.path}")
 
 
 @app.command()
@@ -360,7 +417,7 @@ def get(turn_id: str, user_id: UserOpt, agent_id: AgentOpt = None, run_id: RunOp
     """Print one stored turn as JSON."""
     with _memory(read_only=True) as memory:
         turn = memory.get(turn_id, user_id=user_id, agent_id=agent_id, run_id=run_id)
-    console.print_json(data=turn.as_dict())
+    print_json(turn.as_dict())
 
 
 @app.command()
@@ -391,14 +448,14 @@ def delete(
                 memory.delete(tid, user_id=user_id, agent_id=agent_id, run_id=run_id)
             deleted = [(Namespace(user_id, agent_id, run_id), len(turn_id or []))]
     if as_json:
-        console.print_json(data=[{**ns.as_dict(), "turns": n} for ns, n in deleted])
+        print_json([{**ns.as_dict(), "turns": n} for ns, n in deleted])
     elif everything:
         for ns, n in deleted:
-            console.print(f"deleted {ns}: {n} turns", highlight=False)
+            say(f"deleted {ns}: {n} turns")
         total = sum(n for _, n in deleted)
-        console.print(f"deleted {total} turns in {len(deleted)} namespaces", highlight=False)
+        say(f"deleted {total} turns in {len(deleted)} namespaces")
     else:
-        console.print(f"deleted {deleted[0][1]} turns")
+        say(f"deleted {deleted[0][1]} turns")
 
 
 @app.command()
@@ -409,14 +466,55 @@ def export(
     agent_id: AgentOpt = None,
     run_id: RunOpt = None,
 ) -> None:
-    """Export the raw turn log as JSONL."""
-    with _memory(read_only=True) as memory:
-        if output is None:
-            n = memory.export(sys.stdout, user_id=user_id, agent_id=agent_id, run_id=run_id)
-        else:
-            with output.open("w", encoding="utf-8") as fh:
-                n = memory.export(fh, user_id=user_id, agent_id=agent_id, run_id=run_id)
-    err.print(f"exported {n} turns")
+    """Export the raw turn log as JSONL (to --output: all or nothing, an existing file is replaced only on success)."""
+    if output is None:
+        with _memory(read_only=True) as memory:
+            stream = cast(IO[str], _SafeJsonStream(sys.stdout))
+            n = memory.export(stream, user_id=user_id, agent_id=agent_id, run_id=run_id)
+    else:
+        settings = _settings(db=state.db, engine=state.engine, embedder=state.embedder)
+        _refuse_store_files(output, settings.db)
+        with _memory(read_only=True) as memory, _replaced_on_success(output) as fh:
+            n = memory.export(fh, user_id=user_id, agent_id=agent_id, run_id=run_id)
+    say(f"exported {n} turns", to=err)
+
+
+def _refuse_store_files(output: Path, db: Path) -> None:
+    """Refuse to write over the store, its WAL or its shared-memory file (also by a symlink or a hard link)."""
+    # SQLite names the side files after the store's real path when the store is reached by a symlink
+    suffixes = ("", "-wal", "-shm", "-journal")
+    store_files = [Path(f"{base}{suffix}") for base in (db, db.resolve()) for suffix in suffixes]
+    target = output.resolve()
+    for path in store_files:
+        same = target == path.resolve()
+        if not same and target.exists() and path.exists():
+            same = os.path.samefile(target, path)
+        if same:
+            raise CuememError(f"{output} is the store's own file {path}: export to another file")
+
+
+@contextmanager
+def _replaced_on_success(output: Path) -> Iterator[Any]:
+    """A temporary file beside `output`'s target, renamed onto it only when the block succeeds; removed if not.
+    A symlink is written through (its target is replaced); a new file gets the usual mode, an old one keeps its."""
+    target = output.resolve()
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = Path(tmp_name)
+    try:
+        with open(fd, "w", encoding="utf-8") as fh:
+            if target.exists():
+                os.chmod(fd, target.stat().st_mode & 0o7777)
+            else:
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(fd, 0o666 & ~umask)
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 @app.command("import")
@@ -445,7 +543,7 @@ def reindex(
         total = sum(n for _, n in memory.namespaces())
         with progress_bar(f"reindex ({memory.engine.name})", total) as advance:
             n = memory.reindex(user_id=user_id, agent_id=agent_id, run_id=run_id, progress=advance)
-    console.print(f"reindexed {n} turns with {memory.engine.name}")
+    say(f"reindexed {n} turns with {memory.engine.name}")
 
 
 @app.command()
@@ -454,7 +552,7 @@ def history(user_id: UserOpt, agent_id: AgentOpt = None, run_id: RunOpt = None, 
     """Show the namespace's recent changes as JSON lines."""
     with _memory(read_only=True) as memory:
         for entry in memory.history(user_id=user_id, agent_id=agent_id, run_id=run_id, limit=limit):
-            console.print(json.dumps(entry, ensure_ascii=False), highlight=False, soft_wrap=True)
+            sys.stdout.write(_json_safe(json.dumps(entry, ensure_ascii=False)) + "\n")
 
 
 @app.command()
@@ -464,10 +562,10 @@ def namespaces(as_json: JsonOpt = False) -> None:
     with _memory(read_only=True) as memory:
         rows = memory.namespaces()
     if as_json:
-        console.print_json(data=[{**ns.as_dict(), "turns": n} for ns, n in rows])
+        print_json([{**ns.as_dict(), "turns": n} for ns, n in rows])
         return
     for ns, n in rows:
-        console.print(f"{ns}\t{n} turns", highlight=False)
+        say(f"{ns}\t{n} turns")
 
 
 DATASET_FILES = {  # each benchmark's default file, under the datasets setting
@@ -512,8 +610,9 @@ def bench(
 
     if dataset not in DATASET_FILES:
         raise CuememError(f"unknown dataset {dataset!r}: locomo or longmemeval")
+    settings = _settings()  # names the config file read, if any
     if data is None:
-        directory = Settings.load(state.config).datasets
+        directory = settings.datasets
         data = directory / DATASET_FILES[dataset]
         if not data.is_file():
             raise CuememError(
@@ -537,7 +636,7 @@ def bench(
                 log.line(f"{dataset} · {engine}", done, total)
                 return
             if engine not in bars:
-                bars[engine] = progress.add_task(f"{dataset} · {engine}", total=total)
+                bars[engine] = progress.add_task(escape(visible(f"{dataset} · {engine}")), total=total)
             progress.update(bars[engine], completed=done, total=total or None)
 
         results = run(config, advance)
@@ -546,10 +645,10 @@ def bench(
         table.add_column(col, justify="left" if col == "engine" else "right")
     for name, e in results["engines"].items():
         r = e["retrieval"]
-        table.add_row(name, *(f"{r[c]:.3f}" for c in ("recall@1", "recall@5", "recall@10", "recall@50",
+        table.add_row(Text(visible(name)), *(f"{r[c]:.3f}" for c in ("recall@1", "recall@5", "recall@10", "recall@50",
                                                        "recall@budget", "ndcg@10")), str(r["questions"]))  # fmt: skip
     console.print(table)
-    console.print(f"wrote {out / 'results.json'}, {out / 'report.md'} and plots", highlight=False)
+    say(f"wrote {out / 'results.json'}, {out / 'report.md'} and plots")
 
 
 def _judge_settings(backend: str | None) -> dict[str, Any] | None:
@@ -584,7 +683,7 @@ def demo(
     path = db or Path(tmp.name) / "demo.db"  # type: ignore[union-attr]
     with _memory(db=path) as memory:
         user = "maya"
-        console.rule(f"cuemem demo — engine [bold]{memory.engine.name}[/bold], store {path}")
+        console.rule(f"cuemem demo — engine [bold]{escape(memory.engine.name)}[/bold], store {escape(visible(path))}")
         sessions = len({t.session_id for t in turns})
         console.print(f"Ingesting {len(turns)} turns from {sessions} sessions of '{sample['sample_id']}' ...")
         with progress_bar("ingest", len(turns)) as advance:

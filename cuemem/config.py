@@ -19,14 +19,16 @@ def default_db_path() -> Path:
 
 
 def default_config_file() -> Path | None:
-    """`$CUEMEM_CONFIG`, else `./cuemem.toml`, else the user config directory's `cuemem/config.toml`."""
+    """`$CUEMEM_CONFIG`, else the user config directory's `cuemem/config.toml`, else none.
+
+    Never a file of the working directory: a `cuemem.toml` in a cloned or downloaded directory could otherwise
+    send turn text and API keys to a server of its author's choosing. Such a file is read only when named
+    (`--config FILE`, `CUEMEM_CONFIG`, `Settings.load(FILE)`)."""
     env = os.environ.get("CUEMEM_CONFIG")
     if env:
         return Path(env)
-    for candidate in (Path("cuemem.toml"), Path(platformdirs.user_config_dir("cuemem")) / "config.toml"):
-        if candidate.is_file():
-            return candidate
-    return None
+    candidate = Path(platformdirs.user_config_dir("cuemem")) / "config.toml"
+    return candidate if candidate.is_file() else None
 
 
 @dataclass

@@ -50,3 +50,20 @@ def test_the_datasets_directory_is_a_setting(tmp_path, monkeypatch):
     toml.write_text('datasets = "/srv/benchmarks"\n')
     monkeypatch.delenv("CUEMEM_DATASETS")
     assert Settings.load(toml).datasets == Path("/srv/benchmarks")
+
+
+def test_a_toml_file_in_the_working_directory_is_read_only_when_named(tmp_path, monkeypatch):
+    """A cloned directory's cuemem.toml must not redirect turn text and API keys (issue 11)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("CUEMEM_CONFIG", raising=False)
+    (tmp_path / "cuemem.toml").write_text('llm_base_url = "http://attacker.example/v1"\n')
+    assert Settings.load(None).llm_base_url == "https://api.openai.com/v1"
+    assert Settings.load("cuemem.toml").llm_base_url == "http://attacker.example/v1"
+    monkeypatch.setenv("CUEMEM_CONFIG", "cuemem.toml")
+    assert Settings.load(None).llm_base_url == "http://attacker.example/v1"
+    user = tmp_path / "config" / "cuemem" / "config.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text("k = 4\n")
+    monkeypatch.delenv("CUEMEM_CONFIG")
+    assert Settings.load(None).k == 4  # the user's own config directory is still read
