@@ -26,7 +26,7 @@ from rich.text import Text
 from .config import Settings, default_config_file
 from .engines import available_engines
 from .errors import CuememError
-from .formats import locomo_turns, read_locomo
+from .formats import count_lines, file_lines, locomo_turns, read_locomo
 from .llm import FileCallCache, LLMClient, make_client
 from .memory import Memory
 from .types import Namespace, Retrieval
@@ -280,6 +280,23 @@ def _report(summary: dict[str, Any], as_json: bool) -> None:
         raise typer.Exit(1)
 
 
+CATCH_UP_NOTICE = 200  # turns still to index above which a search says what it is doing first
+
+
+def _catch_up(memory: Memory, *, engine: str | None = None, **namespace: Any) -> None:
+    """Index what the engine has not indexed yet before searching, with progress: after a change of embedder
+    that is every turn of the namespace, which can take minutes (the search would otherwise seem to hang)."""
+    pending = memory.pending(engine=engine, **namespace)
+    if not pending:
+        return
+    name = engine or memory.engine.name
+    if pending >= CATCH_UP_NOTICE:
+        err.print(Text(f"{name} has not indexed {pending:,} turns of this namespace yet (embedder"
+                       f" {memory.settings.embedder}): indexing them first"), highlight=False)  # fmt: skip
+    with progress_bar(f"index {name}", pending) as advance:
+        memory.catch_up(engine=engine, progress=advance, **namespace)
+
+
 @app.command()
 @handles_errors
 def search(
@@ -294,6 +311,7 @@ def search(
 ) -> None:
     """Search a namespace's memory."""
     with _memory() as memory:
+        _catch_up(memory, user_id=user_id, agent_id=agent_id, run_id=run_id, engine=engine)
         result = memory.search(
             query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget, engine=engine
         )
@@ -319,6 +337,7 @@ def ask(
 ) -> None:
     """Answer a question from memory with the model, citing the turns it used."""
     with _memory() as memory:
+        _catch_up(memory, user_id=user_id, agent_id=agent_id, run_id=run_id)
         result = memory.answer(question, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget,
                                now=now)  # fmt: skip
         stats = memory.llm.stats()
@@ -524,10 +543,9 @@ def import_cmd(
     user_id: Annotated[str | None, typer.Option("--user-id", "-u", help="Namespace for lines without one.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Import turns from JSONL (idempotent: turns already stored are skipped)."""
-    lines = path.read_bytes().splitlines()
-    with _memory() as memory, progress_bar(f"import {path.name}", len(lines)) as advance:
-        report = memory.import_(lines, user_id=user_id, progress=advance)
+    """Import turns from JSONL (idempotent: turns already stored are skipped); the file is streamed."""
+    with _memory() as memory, progress_bar(f"import {path.name}", count_lines(path)) as advance:
+        report = memory.import_(file_lines(path), user_id=user_id, progress=advance)
     _report({"added": report.added, "skipped": report.skipped, "errors": report.errors}, as_json)
 
 
@@ -625,7 +643,8 @@ def bench(
     if template:
         overrides["turn_template"] = template
     config = BenchConfig(dataset, data, out, [e.strip() for e in engines.split(",") if e.strip()], limit, budget,
-                         answer, answer_budget, _judge_settings(judge), overrides, embed_cache)  # fmt: skip
+                         answer, answer_budget, _judge_settings(judge), overrides, embed_cache,
+                         state.config or default_config_file())  # fmt: skip
     bars: dict[str, Any] = {}
     log = ProgressLog()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

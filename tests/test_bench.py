@@ -259,3 +259,24 @@ def test_the_reader_abstains_generically_and_the_benchmark_in_locomo_words():
     # LoCoMo's scorer counts the benchmark's phrase as the right reply to an adversarial (category 5) question
     assert locomo_f1(locomo, "anything", "5") == 1.0 and locomo_f1(ABSTAIN, "anything", "5") == 0.0
     assert set(BENCH_ABSTAIN) == {"locomo", "longmemeval"}
+
+
+def test_the_benchmark_reads_the_named_config_file_and_a_changed_file_reruns(tmp_path):
+    """`cuemem --config X bench`: the runner's settings come from X too, and X's contents are part of the protocol."""
+    data = locomo_fixture(tmp_path / "l.json")
+    out = tmp_path / "out"
+    toml = tmp_path / "cuemem.toml"
+    toml.write_text('embedder = "hashing"\nturn_template = "{text}"\n')
+    run(BenchConfig("locomo", data, out, ["bm25"], config_file=toml))
+    checkpoint = out / "checkpoints" / "bm25" / "c1.json"
+    first = json.loads(checkpoint.read_text())["protocol"]["config_file"]
+    assert first
+    from cuemem import Memory
+    from cuemem.config import Settings
+
+    with Memory(settings=Settings.load(toml, db=out / "stores" / "bm25.db", engine="bm25"), read_only=True) as m:
+        hit = m.search("hotel", user_id="locomo:c1").hits[0]
+        assert ":" not in hit.text.split(" ")[0]  # indexed with the file's template: no "speaker:" prefix
+    toml.write_text('embedder = "hashing"\n')
+    run(BenchConfig("locomo", data, out, ["bm25"], config_file=toml))
+    assert json.loads(checkpoint.read_text())["protocol"]["config_file"] != first

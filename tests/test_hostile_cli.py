@@ -202,3 +202,22 @@ def test_file_names_and_sample_ids_with_markup_in_progress_bars(tmp_path, monkey
     (tmp_path / "[").mkdir()
     r = cli(tmp_path, "demo", "--db", str(tmp_path / "[" / "]demo.db"), "--no-answers")
     assert r.exit_code == 0 and "[/]demo.db" in r.output, r.output
+
+
+def test_a_search_after_a_change_of_embedder_says_what_it_indexes_first(tmp_path):
+    """A first search with another embedder re-embeds every turn: it says so and shows progress, not silence."""
+    from cuemem import Memory
+    from cuemem.cli import CATCH_UP_NOTICE, app
+    from cuemem.embed import HashingEmbedder
+
+    db = tmp_path / "m.db"
+    turns = [{"id": f"t{i}", "text": f"turn {i} about the hotel"} for i in range(CATCH_UP_NOTICE + 10)]
+    with Memory(db, engine="bm25", embedder=HashingEmbedder()) as memory:
+        memory.add(turns, user_id="maya")
+    r = CliRunner().invoke(app, ["--db", str(db), "--embedder", "hashing", "--engine", "dense", "search", "hotel",
+                                 "-u", "maya", "-k", "1"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert f"dense has not indexed {CATCH_UP_NOTICE + 10:,} turns" in r.output and "indexing them first" in r.output
+    r = CliRunner().invoke(app, ["--db", str(db), "--embedder", "hashing", "--engine", "dense", "search", "hotel",
+                                 "-u", "maya", "-k", "1"])  # fmt: skip
+    assert r.exit_code == 0 and "has not indexed" not in r.output  # caught up: nothing to say

@@ -36,6 +36,7 @@ class BenchConfig:
     judge: dict[str, Any] | None = None  # Settings overrides of the judge model (e.g. {"llm": "openai", ...})
     settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides (embedder, turn_template ...)
     embed_cache: Path | None = None  # share embeddings across engines and reruns (ingest times then exclude them)
+    config_file: Path | None = None  # the TOML settings file the run reads (`cuemem --config`), if any
 
 
 def protocol(config: BenchConfig) -> dict[str, Any]:
@@ -46,7 +47,8 @@ def protocol(config: BenchConfig) -> dict[str, Any]:
     abstain = ABSTAIN.get(config.dataset) if config.answer else None
     fields = {"dataset": config.dataset, "data": [data.name, size], "depth": DEPTH,
               "budget": config.budget, "answer": config.answer, "answer_budget": config.answer_budget,
-              "abstain": abstain, "judge": config.judge, "settings": config.settings}  # fmt: skip
+              "abstain": abstain, "judge": config.judge, "settings": config.settings,
+              "config_file": source_digest([Path(config.config_file)]) if config.config_file else None}  # fmt: skip
     return json.loads(json.dumps(fields, sort_keys=True, default=str))
 
 

@@ -126,10 +126,11 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
     per_engine: dict[str, list[dict[str, Any]]] = {}
     shared: CachedEmbedder | None = None
     if config.embed_cache is not None:
-        shared = CachedEmbedder(make_embedder(Settings.load(**config.settings)), config.embed_cache)
+        shared = CachedEmbedder(make_embedder(Settings.load(config.config_file, **config.settings)), config.embed_cache)
     try:
         for engine in config.engines:
-            settings = Settings.load(db=config.out / "stores" / f"{engine}.db", engine=engine, **config.settings)
+            settings = Settings.load(config.config_file, db=config.out / "stores" / f"{engine}.db", engine=engine,
+                                     **config.settings)  # fmt: skip
             checkpoints = config.out / "checkpoints" / engine
             judge_client = (
                 make_client(Settings.load(**config.judge)) if config.answer and config.judge is not None else None
