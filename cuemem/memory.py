@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .answer import read
+from .answer import ABSTAIN, read
 from .config import Settings
 from .embed import make_embedder
 from .embed.base import Embedder
@@ -380,9 +380,7 @@ class Memory:
         )
         client = self.llm_for(self.store.namespace_id(Namespace(user_id, agent_id, run_id)))
         with client.stage("query"):
-            if abstain is not None:
-                return read(client, question, retrieval, now=now, abstain=abstain)
-            return read(client, question, retrieval, now=now)
+            return read(client, question, retrieval, now=now, abstain=ABSTAIN if abstain is None else abstain)
 
     def get(self, turn_id: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> Turn:
         ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))

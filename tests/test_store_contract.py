@@ -389,9 +389,10 @@ def test_store_error_is_a_public_cuemem_error():
 
 
 # --------------------------------------------------------------------------- review findings, each pinned by a test
-def test_a_search_in_another_thread_does_not_wait_for_an_open_write_transaction(tmp_path: Path):
+@pytest.mark.parametrize("engine", ["hybrid", "stitch"])  # stitch reads its label table in one snapshot
+def test_a_search_in_another_thread_does_not_wait_for_an_open_write_transaction(tmp_path: Path, engine: str):
     """Reads outside the writing thread's transaction go through the store's second connection."""
-    with open_memory(tmp_path / "m.db", "hybrid") as memory:
+    with open_memory(tmp_path / "m.db", engine) as memory:
         memory.add(TRIP, user_id="alice")
         memory.search("hotel", user_id="alice")
         inside, leave = threading.Event(), threading.Event()

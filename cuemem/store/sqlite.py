@@ -324,14 +324,22 @@ class SQLiteStore:
         if self._owner == threading.get_ident():
             yield
             return
-        with self._lock:
-            self._conn.execute("BEGIN")
-            self._owner = threading.get_ident()
+        if self._reader is None:  # ":memory:": one connection, so the snapshot is taken on it
+            with self._lock:
+                self._conn.execute("BEGIN")
+                self._owner = threading.get_ident()
+                try:
+                    yield
+                finally:
+                    self._owner = None
+                    self._conn.execute("COMMIT")
+            return
+        with self._read_lock:  # on the reading connection: a writer in another thread is not waited for
+            self._reader.execute("BEGIN")
             try:
                 yield
             finally:
-                self._owner = None
-                self._conn.execute("COMMIT")
+                self._reader.execute("COMMIT")
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -566,7 +574,6 @@ class SQLiteStore:
             affected.update(r[0] for r in c.execute(
                 f"SELECT item FROM item_turns WHERE ns=? AND turn_seq IN ({marks})", (ns, *chunk)))  # fmt: skip
         redo: dict[str, int] = {}  # space -> first surviving turn of a partly deleted item
-        hashes: set[str] = set()
         for chunk in _chunks(sorted(affected), 500):
             marks = ",".join("?" * len(chunk))
             sql = (f"SELECT i.space, it.turn_seq FROM item_turns it JOIN items i ON i.id = it.item"
@@ -574,16 +581,10 @@ class SQLiteStore:
             for space, seq in c.execute(sql, (*chunk, ns)):
                 if seq not in gone:
                     redo[space] = min(seq, redo.get(space, seq))
-            # The embedding cache forgets what was embedded for these items: their text, and whatever text
-            # their vectors came from (an engine may embed another rendering than the item's text).
-            hashes.update(text_hash(t) for (t,) in c.execute(
-                f"SELECT text FROM items WHERE +ns=? AND id IN ({marks})", (ns, *chunk)))  # fmt: skip
-            hashes.update(h for (h,) in c.execute(
-                f"SELECT text_hash FROM vectors WHERE item IN ({marks}) AND +ns=?", (*chunk, ns)))  # fmt: skip
             c.execute(f"DELETE FROM items WHERE +ns=? AND id IN ({marks})", (ns, *chunk))
-        c.executemany("DELETE FROM embed_cache WHERE ns=? AND text_hash=?", [(ns, h) for h in hashes])
-        # Remembered embeddings of texts that are no surviving item's (vocabulary labels, texts embedded ahead of
-        # ingest) may stem from a deleted turn: they go too, and are recomputed when needed.
+        # The embedding cache keeps only what a surviving item's vector uses: the vectors of the dropped items and
+        # remembered embeddings of other texts (vocabulary labels, texts embedded ahead of ingest) may stem from a
+        # deleted turn, so they go, and are recomputed when needed.
         c.execute("DELETE FROM embed_cache WHERE ns=? AND text_hash NOT IN (SELECT text_hash FROM vectors WHERE ns=?)",
                   (ns, ns))  # fmt: skip
         specs = c.execute("SELECT owner, space, on_delete FROM derived_specs").fetchall()
