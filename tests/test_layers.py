@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "cuemem"
 # A module may import only modules of its own layer or lower ones.
 LAYERS: list[tuple[int, list[str]]] = [
     (0, ["cuemem.errors", "cuemem.types", "cuemem.config", "cuemem.formats"]),
-    (1, ["cuemem.store", "cuemem.store.*"]),
+    (1, ["cuemem.store", "cuemem.store.*", "cuemem.models", "cuemem.models.*"]),
     (2, ["cuemem.index", "cuemem.index.*", "cuemem.llm", "cuemem.llm.*", "cuemem.embed", "cuemem.embed.*"]),
     (3, ["cuemem.engines", "cuemem.engines.*", "cuemem.answer"]),
     (4, ["cuemem.memory"]),
