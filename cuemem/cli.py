@@ -619,7 +619,7 @@ def bench(
         str | None,
         typer.Option(
             help="With --answer: LLM-as-judge accuracy by this backend (local, llamacpp, openai; the"
-            " model is CUEMEM_JUDGE_MODEL or llm_model)."
+            " model is CUEMEM_JUDGE_MODEL or the backend's default, whatever model reads)."
         ),
     ] = None,
 ) -> None:
@@ -675,10 +675,9 @@ def _judge_settings(backend: str | None) -> dict[str, Any] | None:
         return None
     import os
 
-    settings: dict[str, Any] = {"llm": backend}
-    if os.environ.get("CUEMEM_JUDGE_MODEL"):
-        settings["llm_model"] = os.environ["CUEMEM_JUDGE_MODEL"]
-    return settings
+    # The judge stays the same model whichever model reads (CUEMEM_LLM_MODEL does not reach it), so that
+    # readers are compared under one judge.
+    return {"llm": backend, "llm_model": os.environ.get("CUEMEM_JUDGE_MODEL", "")}
 
 
 DEMO_K = 5  # the demo's own figure: fixed, so that its README output is reproducible whatever CUEMEM_K says

@@ -37,7 +37,10 @@ class Settings:
 
     db: Path = field(default_factory=default_db_path)
     engine: str = "hybrid"
-    embedder: str = "minilm"  # "minilm" (shipped, offline) or "openai" (any OpenAI-compatible endpoint)
+    # "minilm" (shipped, offline), "embeddinggemma" (`cuemem models fetch embeddinggemma`), the path of a
+    # sentence-transformers folder, "openai" (any OpenAI-compatible endpoint) or "hashing" (model-free)
+    embedder: str = "minilm"
+    embed_dim: int = 0  # 0 = the model's full size; 512/256/128 cut EmbeddingGemma's vectors (Matryoshka)
     embed_model: str = "text-embedding-3-small"  # used by the "openai" embedder
     embed_base_url: str = "https://api.openai.com/v1"
     embed_api_key: str | None = None
@@ -46,10 +49,16 @@ class Settings:
     max_turn_bytes: int = 256 * 1024
     turn_template: str = "{date}{speaker}: {text}"
     rrf_k: int = 60
+    # Weighted reciprocal-rank fusion: a ranking's votes are multiplied by its weight. The BM25 weight defaults
+    # to the one measured for the embedder (1.0 for MiniLM, 0.2 for EmbeddingGemma: BENCHMARKS.md); -1 = that.
+    rrf_bm25_weight: float = -1.0
+    rrf_dense_weight: float = 1.0
     bm25_stopwords: str = "extended"  # "extended" (129 English stop words) or "lucene" (bm25s/Lucene's 33)
     k: int = 10
-    llm: str = "local"  # "local" (SmolLM2 via transformers), "llamacpp" (same GGUF, optional extra) or "openai"
-    llm_model: str = "gpt-4o-mini"
+    llm: str = "local"  # "local" (transformers), "llamacpp" (GGUF, optional extra) or "openai"
+    # The model: for local/llamacpp a registry name ("smollm2-135m", the shipped default; "qwen2.5-coder-0.5b",
+    # "qwen2.5-coder-1.5b" once fetched) or a GGUF path; for openai the endpoint's model ("gpt-4o-mini" if empty).
+    llm_model: str = ""
     llm_base_url: str = "https://api.openai.com/v1"
     llm_api_key: str | None = None
     llm_timeout: float = 60.0
@@ -66,6 +75,10 @@ class Settings:
                 raise CuememError(f"setting {name} must be >= 1, got {getattr(self, name)}")
         if self.bm25_stopwords not in ("extended", "lucene"):
             raise CuememError(f"setting bm25_stopwords must be extended or lucene, got {self.bm25_stopwords!r}")
+        if self.embed_dim < 0:
+            raise CuememError(f"setting embed_dim must be >= 0 (0 = the model's full size), got {self.embed_dim}")
+        if self.rrf_dense_weight < 0 or (self.rrf_bm25_weight < 0 and self.rrf_bm25_weight != -1):
+            raise CuememError("fusion weights must be >= 0 (rrf_bm25_weight -1 = the embedder's measured default)")
         if self.embed_timeout <= 0:
             raise CuememError(f"setting embed_timeout must be > 0, got {self.embed_timeout}")
         try:

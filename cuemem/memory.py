@@ -468,9 +468,7 @@ class Memory:
         turns is left in either file (freed pages are zeroed: secure_delete)."""
         self.store.checkpoint()
 
-    def derived_state(
-        self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None
-    ) -> dict[str, Any]:
+    def derived_state(self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> dict[str, Any]:
         """Every derived row of a namespace in a store-independent form: two stores fed the same log compare
         equal (used to check that concurrent and crashed ingests equal a sequential one)."""
         return self.store.derived_state(self.store.namespace_id(Namespace(user_id, agent_id, run_id)))

@@ -57,6 +57,7 @@ def summarize(config: BenchConfig, per_engine: dict[str, list[dict[str, Any]]]) 
                 "turns": turns,
                 "ingest_seconds": seconds,
                 "turns_per_s": turns / seconds if seconds else math.nan,
+                "peak_rss_mb": max((c.get("peak_rss_mb", math.nan) for c in convs), default=math.nan),
                 "llm_calls_per_turn": llm_ingest["calls"] / turns if turns else 0.0,
                 "llm_cache_hits": llm_ingest["cached"] + llm_query["cached"],
                 "llm_tokens_per_turn": (llm_ingest["prompt_tokens"] + llm_ingest["completion_tokens"]) / turns

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..answer import read
 from ..config import Settings
-from ..embed import make_embedder
+from ..embed import MatryoshkaEmbedder, make_embedder
 from ..embed.cached import CachedEmbedder
 from ..errors import UnknownNamespaceError
 from ..index.budget import pack
@@ -118,15 +118,31 @@ def run_conversation(
             stage: {k: v - llm_before.get(stage, {}).get(k, 0) for k, v in s.items()} for stage, s in llm_after.items()
         },
         "questions": questions,
+        "peak_rss_mb": peak_rss_mb(),  # of the whole process so far: run one engine per process to compare them
     }
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident set size in MB (Linux reports KiB, macOS bytes)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
 def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Run every engine over the dataset (resuming from checkpoints) and write results.json, report.md, plots."""
     per_engine: dict[str, list[dict[str, Any]]] = {}
     shared: CachedEmbedder | None = None
+    embedder: Any = None
     if config.embed_cache is not None:
-        shared = CachedEmbedder(make_embedder(Settings.load(config.config_file, **config.settings)), config.embed_cache)
+        embedder = make_embedder(Settings.load(config.config_file, **config.settings))
+        if isinstance(embedder, MatryoshkaEmbedder):  # cache the full vectors: every cut reads the same rows
+            shared = CachedEmbedder(embedder.inner, config.embed_cache)
+            embedder = MatryoshkaEmbedder(shared, embedder.dim)
+        else:
+            embedder = shared = CachedEmbedder(embedder, config.embed_cache)
     try:
         for engine in config.engines:
             settings = Settings.load(config.config_file, db=config.out / "stores" / f"{engine}.db", engine=engine,
@@ -135,7 +151,7 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
             judge_client = (
                 make_client(Settings.load(**config.judge)) if config.answer and config.judge is not None else None
             )
-            with Memory(settings=settings, embedder=shared) as memory:
+            with Memory(settings=settings, embedder=embedder) as memory:
                 done: list[dict[str, Any]] = []
                 wanted = {**protocol(config), "engine": engine_fingerprint(memory.engine)}
                 for i, conv in enumerate(conversations(config)):  # streamed again per engine: bounded memory

@@ -24,3 +24,10 @@ def normalize(matrix: np.ndarray) -> np.ndarray:
     matrix = np.asarray(matrix, dtype=np.float32)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     return matrix / np.maximum(norms, 1e-12)
+
+
+def embed_query(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    """Query vectors: the embedder's `embed_query` where it has one (asymmetric models such as EmbeddingGemma
+    prompt queries and documents differently), else its ordinary `embed`."""
+    method = getattr(embedder, "embed_query", None)
+    return method(texts) if callable(method) else embedder.embed(texts)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..store.base import text_hash
 from ..store.caches import EmbeddingFile
-from .base import Embedder
+from .base import Embedder, embed_query
 
 
 class CachedEmbedder:
@@ -48,8 +48,30 @@ class CachedEmbedder:
             self._file.put(self.name, list(fresh.items()))
         return vectors
 
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        """Query vectors, cached apart from documents (`name#query`): an asymmetric model embeds them differently."""
+        key = f"{self.name}#query"
+        found = self._file.lookup(key, [text_hash(t) for t in texts])
+        hashes, vectors = embed_texts_cached(_QueryView(self.inner), texts, lambda hs: dict(found))
+        fresh = [(h, v) for h, v in zip(hashes, vectors, strict=True) if h not in found]
+        if fresh:
+            self._file.put(key, fresh)
+        return vectors
+
     def close(self) -> None:
         self._file.close()
+
+
+class _QueryView:
+    """An embedder whose `embed` is another's `embed_query` (so the cache helper serves both kinds)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.dim = inner.dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return embed_query(self.inner, texts)
 
 
 def embed_texts_cached(

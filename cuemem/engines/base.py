@@ -9,7 +9,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ..config import Settings
-from ..embed.base import Embedder
+from ..embed.base import Embedder, embed_query
 from ..embed.cached import embed_texts_cached
 from ..errors import CuememError
 from ..index.live import IndexCache
@@ -67,6 +67,18 @@ class EngineContext:
         if self.llm_factory is None:
             raise CuememError("this engine needs a model client, but none was given to the engine context")
         return self.llm_factory()
+
+    def embed_query(self, query: str) -> np.ndarray:
+        """The query's vector (with the embedder's query prompt, where it has one)."""
+        return np.asarray(embed_query(self.embedder, [query])[0], dtype=np.float32)
+
+    def fusion_weights(self) -> tuple[float, float]:
+        """(BM25 weight, dense weight) for reciprocal-rank fusion: the settings, where the BM25 weight is -1 the
+        one measured for this embedder (registry; 1.0 where unknown)."""
+        bm25 = self.settings.rrf_bm25_weight
+        if bm25 < 0:
+            bm25 = float(getattr(self.embedder, "bm25_weight", 1.0))
+        return bm25, self.settings.rrf_dense_weight
 
     def bm25(self, space: str, query: str, k: int) -> list[tuple[int, float]]:
         """Top-k (item id, BM25 score) among this namespace's items of `space`."""

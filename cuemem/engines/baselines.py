@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from ..index.fusion import reciprocal_rank_fusion
 from ..store.base import DerivedSpec, NewItem
 from ..types import Hit, Turn
@@ -140,15 +138,15 @@ class DenseEngine(TurnIndexer):
         embed_missing(ctx, TURN_SPACE, [t.id for t in turns])
 
     def ranked(self, ctx: EngineContext, query: str, depth: int) -> list[tuple[int, float]]:
-        query_vector = ctx.embedder.embed([query])[0]
-        return ctx.nearest(TURN_SPACE, ctx.embedder.name, np.asarray(query_vector), depth)
+        return ctx.nearest(TURN_SPACE, ctx.embedder.name, ctx.embed_query(query), depth)
 
     def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
         return ctx.hits_from_items(self.ranked(ctx, query, k), self.name)
 
 
 class HybridEngine(TurnIndexer):
-    """BM25 and dense rankings fused by reciprocal rank (k = settings.rrf_k, 60 by default)."""
+    """BM25 and dense rankings fused by weighted reciprocal rank (k = settings.rrf_k, 60 by default; weights
+    `ctx.fusion_weights()`, BM25's measured per embedder)."""
 
     name = "hybrid"
     uses_embedder = True
@@ -168,5 +166,5 @@ class HybridEngine(TurnIndexer):
         depth = max(self.depth, k)
         lexical = [i for i, _ in self.bm25.ranked(ctx, query, depth)]
         semantic = [i for i, _ in self.dense.ranked(ctx, query, depth)]
-        fused = reciprocal_rank_fusion([lexical, semantic], k=ctx.settings.rrf_k)[:k]
+        fused = reciprocal_rank_fusion([lexical, semantic], k=ctx.settings.rrf_k, weights=ctx.fusion_weights())[:k]
         return ctx.hits_from_items([(int(i), s) for i, s in fused], self.name)

@@ -39,16 +39,17 @@ def default_cache_path() -> Path:
 
 
 def make_client(settings: Settings, *, file_cache: bool = True) -> LLMClient:
-    """The client named by settings: `llm` = "local" (shipped SmolLM2) or "openai" (any compatible endpoint).
+    """The client named by settings: `llm` = "local" (transformers) or "llamacpp" with `llm_model` a registry
+    name (SmolLM2-135M by default, Qwen2.5-Coder once fetched) or a GGUF path, or "openai" (any compatible endpoint).
     `file_cache=False` gives a client without the `llm_cache` file: Memory binds each call to its namespace's
     cache in the store instead, so no prompt quoting a turn lands in a file that deletes cannot reach."""
     if settings.llm == "local":
-        backend: Backend = LocalBackend()
+        backend: Backend = LocalBackend(model=settings.llm_model)
     elif settings.llm == "llamacpp":
-        backend = LlamaCppBackend()
+        backend = LlamaCppBackend(model=settings.llm_model)
     elif settings.llm == "openai":
         backend = OpenAIBackend(
-            settings.llm_model,
+            settings.llm_model or "gpt-4o-mini",
             settings.llm_base_url,
             settings.llm_api_key,
             timeout=settings.llm_timeout,

