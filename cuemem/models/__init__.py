@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from .fetch import check_files, clean_stale, fetch, loader_path, part_groups, remove, shipped_installed, status, verify
 from .registry import (
     MODELS,
+    HubSource,
     ModelError,
     ModelSpec,
     Part,
@@ -12,18 +14,30 @@ from .registry import (
     fetched_path,
     get_spec,
     is_fetched,
+    license_notice,
     model_dir,
 )
 
 __all__ = [
     "MODELS",
+    "HubSource",
     "ModelError",
     "ModelSpec",
     "Part",
     "acknowledge_license",
     "cache_root",
+    "check_files",
+    "clean_stale",
+    "fetch",
     "fetched_path",
     "get_spec",
     "is_fetched",
+    "license_notice",
+    "loader_path",
     "model_dir",
+    "part_groups",
+    "remove",
+    "shipped_installed",
+    "status",
+    "verify",
 ]
