@@ -38,10 +38,10 @@ from .formats import count_lines, file_lines, locomo_turns, read_locomo
 from .llm import FileCallCache, LLMClient, make_client
 from .memory import Memory
 from .models import registry as models_registry
-from .models.fetch import fetch as fetch_model
-from .models.fetch import remove as remove_model
-from .models.fetch import status as model_status
-from .models.fetch import verify as verify_models
+from .models.fetcher import fetch as fetch_model
+from .models.fetcher import remove as remove_model
+from .models.fetcher import status as model_status
+from .models.fetcher import verify as verify_models
 from .types import Namespace, Retrieval
 
 app = typer.Typer(help="cuemem: long-term memory for LLM agents.", no_args_is_help=True, add_completion=False)

@@ -39,8 +39,7 @@ from cuemem.models import (
 )
 
 runner = CliRunner()
-# `cuemem.models.fetch` is also the name of the function the package exports: the module, from sys.modules
-fetch_mod = sys.modules["cuemem.models.fetch"]
+fetch_mod = sys.modules["cuemem.models.fetcher"]
 
 
 def sha(data: bytes) -> str:

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from .fetch import check_files, clean_stale, fetch, loader_path, part_groups, remove, shipped_installed, status, verify
+from .fetcher import (
+    check_files,
+    clean_stale,
+    fetch,
+    loader_path,
+    part_groups,
+    remove,
+    shipped_installed,
+    status,
+    verify,
+)
 from .registry import (
     MODELS,
     HubSource,
