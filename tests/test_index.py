@@ -48,6 +48,18 @@ def test_bm25_grows_incrementally_and_ranks_new_documents():
     assert [k for k, _ in index.search("dog", 5)] == [2]
 
 
+def test_weighted_rrf_lets_a_strong_ranking_lead():
+    lexical, semantic = ["x", "a", "b"], ["a", "b", "x"]
+    assert next(key for key, _ in reciprocal_rank_fusion([lexical, semantic], k=60)) == "a"
+    weighted = reciprocal_rank_fusion([lexical, semantic], k=60, weights=[0.2, 1.0])
+    assert [key for key, _ in weighted] == ["a", "b", "x"]
+    assert dict(weighted)["x"] == pytest.approx(0.2 / 61 + 1.0 / 63)
+    silent = reciprocal_rank_fusion([["only-lexical"], ["a"]], k=60, weights=[0.0, 1.0])
+    assert silent == [("a", 1.0 / 61), ("only-lexical", 0.0)]
+    with pytest.raises(ValueError, match="2 weights for 3 rankings"):
+        reciprocal_rank_fusion([["a"], ["b"], ["c"]], weights=[1.0, 1.0])
+
+
 def test_rrf_fuses_by_reciprocal_rank():
     fused = dict(reciprocal_rank_fusion([["a", "b", "c"], ["b", "c"]], k=60))
     assert fused["b"] == pytest.approx(1 / 62 + 1 / 61)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EmbeddingError
-from .base import normalize
+from .base import embed_query, normalize
 
 
 def _quiet_offline() -> None:
@@ -134,7 +134,7 @@ class MatryoshkaEmbedder:
         return normalize(np.asarray(self.inner.embed(texts))[:, : self.dim])
 
     def embed_query(self, texts: Sequence[str]) -> np.ndarray:
-        return normalize(np.asarray(self.inner.embed_query(texts))[:, : self.dim])
+        return normalize(np.asarray(embed_query(self.inner, texts))[:, : self.dim])
 
 
 def folder_embedder(path: str | Path, *, batch_size: int = 64) -> SentenceTransformerEmbedder:
