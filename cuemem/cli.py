@@ -124,7 +124,13 @@ def _settings(**overrides: Any) -> Settings:
 def main(
     db: Annotated[Path | None, typer.Option(help="Store file (default: $CUEMEM_DB or the user data dir).")] = None,
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
-    embedder: Annotated[str | None, typer.Option(help="Embedder: minilm (default), openai, hashing.")] = None,
+    embedder: Annotated[
+        str | None,
+        typer.Option(
+            help="Embedder: minilm (default), embeddinggemma (cuemem models fetch embeddinggemma), a"
+            " sentence-transformers folder, openai, hashing."
+        ),
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML settings file.")] = None,
 ) -> None:
     state.db, state.engine, state.embedder, state.config = db, engine, embedder, config
@@ -744,6 +750,14 @@ def bench(
             "embedded again, so ingest times exclude their embedding)."
         ),
     ] = None,
+    max_questions: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="At most N questions per conversation, evenly spaced through it (keeps the mix of categories):"
+            " for slow readers. Reports say so.",
+        ),
+    ] = None,
     judge: Annotated[
         str | None,
         typer.Option(
@@ -773,7 +787,7 @@ def bench(
         overrides["turn_template"] = template
     config = BenchConfig(dataset, data, out, [e.strip() for e in engines.split(",") if e.strip()], limit, budget,
                          answer, answer_budget, _judge_settings(judge), overrides, embed_cache,
-                         state.config or default_config_file())  # fmt: skip
+                         state.config or default_config_file(), max_questions)  # fmt: skip
     bars: dict[str, Any] = {}
     log = ProgressLog()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -280,3 +280,13 @@ def test_the_benchmark_reads_the_named_config_file_and_a_changed_file_reruns(tmp
     toml.write_text('embedder = "hashing"\n')
     run(BenchConfig("locomo", data, out, ["bm25"], config_file=toml))
     assert json.loads(checkpoint.read_text())["protocol"]["config_file"] != first
+
+
+def test_max_questions_samples_evenly_and_enters_the_protocol(tmp_path):
+    from cuemem.bench.protocol import BenchConfig, protocol, sample_questions
+
+    assert sample_questions(list(range(10)), 4) == [0, 2, 5, 7]
+    assert sample_questions(list(range(3)), 5) == [0, 1, 2] and sample_questions(list(range(3)), None) == [0, 1, 2]
+    full = BenchConfig("locomo", tmp_path / "x.json", tmp_path, ["bm25"])
+    part = BenchConfig("locomo", tmp_path / "x.json", tmp_path, ["bm25"], max_questions=4)
+    assert "max_questions" not in protocol(full) and protocol(part)["max_questions"] == 4

@@ -37,6 +37,7 @@ class BenchConfig:
     settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides (embedder, turn_template ...)
     embed_cache: Path | None = None  # share embeddings across engines and reruns (ingest times then exclude them)
     config_file: Path | None = None  # the TOML settings file the run reads (`cuemem --config`), if any
+    max_questions: int | None = None  # at most N questions per conversation, evenly spaced (`sample_questions`)
 
 
 def protocol(config: BenchConfig) -> dict[str, Any]:
@@ -49,7 +50,18 @@ def protocol(config: BenchConfig) -> dict[str, Any]:
               "budget": config.budget, "answer": config.answer, "answer_budget": config.answer_budget,
               "abstain": abstain, "judge": config.judge, "settings": config.settings,
               "config_file": source_digest([Path(config.config_file)]) if config.config_file else None}  # fmt: skip
+    if config.max_questions:  # only when set: checkpoints of full runs stay valid
+        fields["max_questions"] = config.max_questions
     return json.loads(json.dumps(fields, sort_keys=True, default=str))
+
+
+def sample_questions(questions: list[Any], n: int | None) -> list[Any]:
+    """At most n questions, evenly spaced through the list (first, ..., near last): a slow reader is measured on
+    a subset that keeps the dataset's mix of question categories, where the first n would not (LoCoMo orders
+    them roughly by category)."""
+    if not n or n >= len(questions):
+        return list(questions)
+    return [questions[(i * len(questions)) // n] for i in range(n)]
 
 
 def engine_sources(engine: Engine) -> list[Path]:

@@ -78,6 +78,7 @@ def summarize(config: BenchConfig, per_engine: dict[str, list[dict[str, Any]]]) 
         "dataset": config.dataset,
         "data": str(config.data),
         "limit": config.limit,
+        "max_questions": config.max_questions,
         "budget_tokens": config.budget,
         "answer_budget_tokens": config.answer_budget,
         "settings": config.settings,
@@ -103,6 +104,7 @@ def _answer_block(config: BenchConfig, questions: list[dict[str, Any]]) -> dict[
         "set_f1": mean([q["set_f1"] for q in main]),
         "bleu1": mean([q["bleu1"] for q in main]),
         "questions": len(main),
+        "reader_seconds_per_question": mean([q["answer_ms"] / 1000 for q in questions if "answer_ms" in q]),
     }
     judged = [q["judge"] for q in questions
               if "judge" in q and (config.dataset != "locomo" or q["category"] in {"1", "2", "3", "4"})]  # fmt: skip
@@ -144,7 +146,8 @@ def write_report(config: BenchConfig, results: dict[str, Any]) -> None:
     engines = results["engines"]
     lines = [f"# {config.dataset} — {len(engines)} engines, budget {config.budget} tokens", ""]
     first = next(iter(engines.values()))
-    lines += [f"Headline questions: {first['retrieval']['questions']}", "", "## Retrieval", ""]
+    sampled = f" ({config.max_questions} per conversation, evenly spaced)" if config.max_questions else ""
+    lines += [f"Headline questions: {first['retrieval']['questions']}{sampled}", "", "## Retrieval", ""]
     cols = [*RETRIEVAL_KEYS, "all@10", "all@budget"]
     lines += ["| engine | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
     for name, e in engines.items():
@@ -171,14 +174,17 @@ def write_report(config: BenchConfig, results: dict[str, Any]) -> None:
             "",
             "## Answers",
             "",
-            "| engine | questions | locomo_f1 (1-4) | cat 5 | set_f1 | bleu1 | judge accuracy | judged |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| engine | questions | locomo_f1 (1-4) | cat 5 | set_f1 | bleu1 | judge accuracy | judged"
+            " | reader s/question | model tokens/question |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for name, e in engines.items():
             a = e["answer"]
             lines.append(f"| `{name}` | {a['questions']} | {_fmt(a.get('locomo_f1'))}"
                          f" | {_fmt(a.get('category_5_locomo_f1'))} | {_fmt(a['set_f1'])} | {_fmt(a['bleu1'])}"
-                         f" | {_fmt(a.get('judge_accuracy'))} | {a.get('judged', 0)} |")  # fmt: skip
+                         f" | {_fmt(a.get('judge_accuracy'))} | {a.get('judged', 0)}"
+                         f" | {_fmt(a.get('reader_seconds_per_question'))}"
+                         f" | {_fmt(float(e['cost'].get('llm_tokens_per_question', math.nan)))} |")  # fmt: skip
     (out / "report.md").write_text("\n".join(lines) + "\n")
     _plots(out, engines)
 

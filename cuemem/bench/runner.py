@@ -25,7 +25,7 @@ from ..memory import INGEST_BATCH, Memory
 from .datasets import Conversation, load_locomo, load_longmemeval
 from .judge import judge
 from .metrics import bleu1, evidence_recall, locomo_f1, ndcg, set_f1
-from .protocol import ABSTAIN, DEPTH, KS, BenchConfig, engine_fingerprint, protocol, reusable
+from .protocol import ABSTAIN, DEPTH, KS, BenchConfig, engine_fingerprint, protocol, reusable, sample_questions
 from .report import summarize, write_report
 
 __all__ = ["BenchConfig", "conversations", "run", "run_conversation"]
@@ -65,7 +65,7 @@ def run_conversation(
     ingest_seconds = time.perf_counter() - start
     questions = []
     answer_budget = memory.settings.answer_budget if config.answer_budget is None else config.answer_budget
-    for q in conv.questions:
+    for q in sample_questions(conv.questions, config.max_questions):
         # Fullcontext *is* the budget (everything that fits); every other engine ranks DEPTH hits, then packs.
         search_budget = config.budget if memory.engine.name == "fullcontext" else None
         start = time.perf_counter()
@@ -93,8 +93,10 @@ def run_conversation(
         if config.answer:  # the reader sees the same ranking, packed into the answer budget (no second search)
             context = replace(result, hits=pack(result.hits, answer_budget), budget_tokens=answer_budget)
             reader = memory.llm_for(memory.store.namespace_id(memory.namespace(user)))  # cached with the namespace
+            started = time.perf_counter()
             with reader.stage("query"):
                 reply = read(reader, q.text, context, now=q.date, abstain=ABSTAIN[config.dataset])
+            record["answer_ms"] = (time.perf_counter() - started) * 1000
             record["prediction"] = reply.text
             record["cited"] = reply.cited_turn_ids
             record["gold"] = q.answer
