@@ -758,6 +758,14 @@ def bench(
             " for slow readers. Reports say so.",
         ),
     ] = None,
+    max_turns: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Only each conversation's first N turns, and the questions whose evidence lies within them:"
+            " for slow model-labelled engines. Reports say so.",
+        ),
+    ] = None,
     judge: Annotated[
         str | None,
         typer.Option(
@@ -787,7 +795,7 @@ def bench(
         overrides["turn_template"] = template
     config = BenchConfig(dataset, data, out, [e.strip() for e in engines.split(",") if e.strip()], limit, budget,
                          answer, answer_budget, _judge_settings(judge), overrides, embed_cache,
-                         state.config or default_config_file(), max_questions)  # fmt: skip
+                         state.config or default_config_file(), max_questions, max_turns)  # fmt: skip
     bars: dict[str, Any] = {}
     log = ProgressLog()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

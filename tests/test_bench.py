@@ -290,3 +290,16 @@ def test_max_questions_samples_evenly_and_enters_the_protocol(tmp_path):
     full = BenchConfig("locomo", tmp_path / "x.json", tmp_path, ["bm25"])
     part = BenchConfig("locomo", tmp_path / "x.json", tmp_path, ["bm25"], max_questions=4)
     assert "max_questions" not in protocol(full) and protocol(part)["max_questions"] == 4
+
+
+def test_max_turns_keeps_a_prefix_and_the_questions_it_answers(tmp_path):
+    from cuemem.bench.datasets import Conversation, Question
+    from cuemem.bench.runner import prefix
+    from cuemem.types import Turn
+
+    turns = [Turn(id=f"D1:{i}", text=f"turn {i}", session_id="D1") for i in range(1, 6)]
+    asked = [Question(id="q1", text="a", answer="x", category="1", evidence=["D1:1", "D1:2"], adversarial=False),
+             Question(id="q2", text="b", answer="y", category="2", evidence=["D1:2", "D1:5"], adversarial=False),
+             Question(id="q3", text="c", answer="z", category="5", evidence=[], adversarial=True)]  # fmt: skip
+    cut = prefix(Conversation("c", turns, asked), 3)
+    assert [t.id for t in cut.turns] == ["D1:1", "D1:2", "D1:3"] and [q.id for q in cut.questions] == ["q1"]

@@ -38,6 +38,7 @@ class BenchConfig:
     embed_cache: Path | None = None  # share embeddings across engines and reruns (ingest times then exclude them)
     config_file: Path | None = None  # the TOML settings file the run reads (`cuemem --config`), if any
     max_questions: int | None = None  # at most N questions per conversation, evenly spaced (`sample_questions`)
+    max_turns: int | None = None  # only each conversation's first N turns, and the questions they answer
 
 
 def protocol(config: BenchConfig) -> dict[str, Any]:
@@ -52,6 +53,8 @@ def protocol(config: BenchConfig) -> dict[str, Any]:
               "config_file": source_digest([Path(config.config_file)]) if config.config_file else None}  # fmt: skip
     if config.max_questions:  # only when set: checkpoints of full runs stay valid
         fields["max_questions"] = config.max_questions
+    if config.max_turns:
+        fields["max_turns"] = config.max_turns
     return json.loads(json.dumps(fields, sort_keys=True, default=str))
 
 

@@ -79,6 +79,7 @@ def summarize(config: BenchConfig, per_engine: dict[str, list[dict[str, Any]]]) 
         "data": str(config.data),
         "limit": config.limit,
         "max_questions": config.max_questions,
+        "max_turns": config.max_turns,
         "budget_tokens": config.budget,
         "answer_budget_tokens": config.answer_budget,
         "settings": config.settings,
@@ -147,6 +148,8 @@ def write_report(config: BenchConfig, results: dict[str, Any]) -> None:
     lines = [f"# {config.dataset} — {len(engines)} engines, budget {config.budget} tokens", ""]
     first = next(iter(engines.values()))
     sampled = f" ({config.max_questions} per conversation, evenly spaced)" if config.max_questions else ""
+    if config.max_turns:
+        sampled += f"; only the first {config.max_turns} turns of each conversation and the questions they answer"
     lines += [f"Headline questions: {first['retrieval']['questions']}{sampled}", "", "## Retrieval", ""]
     cols = [*RETRIEVAL_KEYS, "all@10", "all@budget"]
     lines += ["| engine | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]

@@ -33,10 +33,21 @@ __all__ = ["BenchConfig", "conversations", "run", "run_conversation"]
 
 def conversations(config: BenchConfig) -> Iterator[Conversation]:
     if config.dataset == "locomo":
-        return load_locomo(config.data, limit=config.limit)
-    if config.dataset == "longmemeval":
-        return load_longmemeval(config.data, limit=config.limit)
-    raise ValueError(f"unknown dataset {config.dataset!r}: locomo or longmemeval")
+        loaded = load_locomo(config.data, limit=config.limit)
+    elif config.dataset == "longmemeval":
+        loaded = load_longmemeval(config.data, limit=config.limit)
+    else:
+        raise ValueError(f"unknown dataset {config.dataset!r}: locomo or longmemeval")
+    return (prefix(conv, config.max_turns) for conv in loaded) if config.max_turns else loaded
+
+
+def prefix(conv: Conversation, n: int) -> Conversation:
+    """The conversation's first n turns and the questions whose evidence lies entirely within them (a slow,
+    model-labelled engine is measured on a prefix; questions without evidence are dropped too)."""
+    turns = conv.turns[:n]
+    kept = {t.id for t in turns}
+    questions = [q for q in conv.questions if q.evidence and set(q.evidence) <= kept]
+    return replace(conv, turns=turns, questions=questions)
 
 
 def _safe(name: str) -> str:
