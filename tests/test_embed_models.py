@@ -88,6 +88,31 @@ def test_queries_go_through_embed_query_and_are_cached_apart(tmp_path):
     cached.close()
 
 
+def test_wrappers_keep_the_fusion_weight_measured_for_the_model(tmp_path):
+    inner = Asymmetric()
+    inner.bm25_weight = 0.2
+    cached = CachedEmbedder(inner, tmp_path / "cache.db")
+    assert cached.bm25_weight == 0.2 and MatryoshkaEmbedder(cached, 32).bm25_weight == 0.2
+    assert CachedEmbedder(HashingEmbedder(), tmp_path / "other.db").bm25_weight == 1.0
+    cached.close()
+
+
+def test_hybrid_follows_the_fusion_weights(make_memory, tmp_path):
+    """With BM25's weight at 0 (here: measured for the model, through the benchmark's cache), hybrid ranks as dense."""
+    turns = [{"id": f"t{i}", "text": text, "session_id": "s"} for i, text in enumerate(
+        ["the apollo hotel had a rooftop pool", "we booked the apollo for two nights", "hotel hotel hotel prices",
+         "my sister adopted a puppy", "the pool at the hotel was closed"])]  # fmt: skip
+    inner = HashingEmbedder(dim=64)
+    inner.bm25_weight = 0.0  # type: ignore[attr-defined]
+    hybrid = make_memory("hybrid", embedder=CachedEmbedder(inner, tmp_path / "cache.db"))
+    hybrid.add(turns, user_id="u")
+    dense = hybrid.search("hotel pool", user_id="u", engine="dense", k=5).turn_ids
+    assert hybrid.search("hotel pool", user_id="u", k=5).turn_ids == dense
+    equal = make_memory("hybrid", name="equal.db", embedder=HashingEmbedder(dim=64))
+    equal.add(turns, user_id="u")
+    assert equal.search("hotel pool", user_id="u", k=5).turn_ids != dense  # an equal vote from BM25 changes it
+
+
 def test_engines_embed_queries_with_the_query_prompt(make_memory):
     inner = Asymmetric()
     memory = make_memory("dense", embedder=inner)

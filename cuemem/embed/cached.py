@@ -24,6 +24,7 @@ class CachedEmbedder:
         self.inner = inner
         self.name = inner.name  # same vector space, same watermark key
         self.dim = inner.dim
+        self.bm25_weight = float(getattr(inner, "bm25_weight", 1.0))  # the fusion weight measured for the model
         self.path = Path(path)
         self._file = EmbeddingFile(self.path)
         self.hits = 0
