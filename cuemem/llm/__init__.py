@@ -40,7 +40,7 @@ def default_cache_path() -> Path:
 
 def make_client(settings: Settings, *, file_cache: bool = True) -> LLMClient:
     """The client named by settings: `llm` = "local" (transformers) or "llamacpp" with `llm_model` a registry
-    name (SmolLM2-135M by default, Qwen2.5-Coder once fetched) or a GGUF path, or "openai" (any compatible endpoint).
+    name (Qwen2.5-Coder-0.5B by default; SmolLM2-135M shipped) or a GGUF path, or "openai" (any compatible endpoint).
     `file_cache=False` gives a client without the `llm_cache` file: Memory binds each call to its namespace's
     cache in the store instead, so no prompt quoting a turn lands in a file that deletes cannot reach."""
     if settings.llm == "local":

@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 from .base import ChatResult, Choice, LLMOutputError, LLMUnavailableError, Messages, Usage
-from .local import resolve_local_model
+from .local import model_label, resolve_local_model
 
 _NAMED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -40,12 +40,10 @@ class LlamaCppBackend:
     def __init__(
         self, model_path: str | None = None, *, model: str = "", n_ctx: int = 4096, threads: int | None = None
     ) -> None:
-        """`model`: a registry name or GGUF path (default SmolLM2-135M); `model_path` is the older spelling."""
+        """`model`: a registry name or GGUF path (default: the default local model); `model_path` is the older
+        spelling."""
         self._wanted = model_path or model
-        label = (self._wanted or "SmolLM2-135M-Instruct").strip()
-        if label in ("smollm2-135m", "smollm2", "smollm2-135m-instruct"):
-            label = "SmolLM2-135M-Instruct"
-        self.name = f"llamacpp:{label}[greedy]"
+        self.name = f"llamacpp:{model_label(self._wanted)[0]}[greedy]"
         self._n_ctx = n_ctx
         self._threads = threads
         self._llm: Any = None
