@@ -303,3 +303,15 @@ def test_max_turns_keeps_a_prefix_and_the_questions_it_answers(tmp_path):
              Question(id="q3", text="c", answer="z", category="5", evidence=[], adversarial=True)]  # fmt: skip
     cut = prefix(Conversation("c", turns, asked), 3)
     assert [t.id for t in cut.turns] == ["D1:1", "D1:2", "D1:3"] and [q.id for q in cut.questions] == ["q1"]
+
+
+def test_a_reader_given_by_environment_is_part_of_the_protocol(tmp_path, monkeypatch):
+    from cuemem.bench.protocol import BenchConfig, protocol
+
+    config = BenchConfig("locomo", tmp_path / "x.json", tmp_path, ["bm25"], answer=True)
+    monkeypatch.setenv("CUEMEM_LLM_MODEL", "smollm2-135m")
+    small = protocol(config)
+    monkeypatch.setenv("CUEMEM_LLM_MODEL", "qwen2.5-coder-1.5b")
+    assert protocol(config) != small and protocol(config)["resolved"]["llm_model"] == "qwen2.5-coder-1.5b"
+    monkeypatch.setenv("CUEMEM_EMBED_DIM", "256")
+    assert protocol(config)["resolved"]["embed_dim"] == 256

@@ -41,15 +41,36 @@ class BenchConfig:
     max_turns: int | None = None  # only each conversation's first N turns, and the questions they answer
 
 
+# The settings a benchmark's figures depend on, as resolved from arguments, CUEMEM_* variables and the config file
+# (so that `CUEMEM_LLM_MODEL=... cuemem bench` never reuses a checkpoint another reader made).
+RESULT_SETTINGS = ("embedder", "embed_dim", "embed_model", "embed_base_url", "turn_template", "rrf_k",
+                   "rrf_bm25_weight", "rrf_dense_weight", "bm25_stopwords", "max_turn_bytes", "llm", "llm_model",
+                   "llm_base_url", "llm_choice_mode", "answer_budget")  # fmt: skip
+
+
+def resolved_settings(config: BenchConfig) -> dict[str, Any]:
+    """RESULT_SETTINGS as this run resolves them (the judge's too, when there is one)."""
+    from ..config import Settings
+
+    run = Settings.load(config.config_file, **config.settings)
+    out: dict[str, Any] = {name: getattr(run, name) for name in RESULT_SETTINGS}
+    if config.judge is not None:
+        judge = Settings.load(**config.judge)
+        out["judge"] = {name: getattr(judge, name) for name in ("llm", "llm_model", "llm_base_url")}
+    return out
+
+
 def protocol(config: BenchConfig) -> dict[str, Any]:
     """What a checkpoint's figures depend on beyond the conversation and the engine; a checkpoint made under
-    another protocol (another budget, reader, judge, embedder or template) is recomputed, not reused."""
+    another protocol (another budget, reader, judge, embedder or template, however given) is recomputed, not
+    reused."""
     data = Path(config.data)
     size = data.stat().st_size if data.is_file() else None
     abstain = ABSTAIN.get(config.dataset) if config.answer else None
     fields = {"dataset": config.dataset, "data": [data.name, size], "depth": DEPTH,
               "budget": config.budget, "answer": config.answer, "answer_budget": config.answer_budget,
               "abstain": abstain, "judge": config.judge, "settings": config.settings,
+              "resolved": resolved_settings(config),
               "config_file": source_digest([Path(config.config_file)]) if config.config_file else None}  # fmt: skip
     if config.max_questions:  # only when set: checkpoints of full runs stay valid
         fields["max_questions"] = config.max_questions
