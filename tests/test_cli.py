@@ -112,6 +112,7 @@ def test_ingest_locomo_export_import_reindex(tmp_path):
     not (is_fetched(get_spec("embeddinggemma")) and is_fetched(get_spec("qwen2.5-coder-0.5b"))),
     reason="the default models are not fetched: make setup (cuemem models fetch embeddinggemma / qwen2.5-coder-0.5b)",
 )
+@pytest.mark.timeout(900)  # the real default models on 2 cores: ~2-3 minutes, more on a loaded machine
 def test_demo_runs_on_the_embedded_default(tmp_path, monkeypatch):
     """`make demo`'s job, with the real default models (EmbeddingGemma, Qwen2.5-Coder-0.5B): retrieval with cited
     turns, dates, sessions, and answers."""

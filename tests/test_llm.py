@@ -386,6 +386,7 @@ def fake_llama_cpp(monkeypatch, *, load_error: Exception | None = None, reply: A
 
 def test_llamacpp_failures_are_llm_errors(monkeypatch, tmp_path):
     model = str(tmp_path / "model.gguf")
+    (tmp_path / "model.gguf").write_bytes(b"GGUF, but corrupt")  # a missing file is refused before llama.cpp loads
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # not installed
     with pytest.raises(LLMUnavailableError, match="not installed"):
         LLMClient(LlamaCppBackend(model)).choose(USER, ["a", "b"])

@@ -56,8 +56,8 @@ class LlamaCppBackend:
                     from llama_cpp import Llama  # type: ignore[import-not-found]  # an optional extra
                 except ImportError as exc:
                     raise LLMUnavailableError(
-                        f"llama-cpp-python cannot be imported ({exc}): it is an optional extra; see the README for"
-                        " the build flags"
+                        f"llama-cpp-python is not installed or cannot be imported ({exc}): it is an optional extra;"
+                        " see the README for the build flags"
                     ) from exc
                 path = resolve_local_model(self._wanted).gguf  # LLMUnavailableError with the install/fetch command
                 try:
