@@ -12,6 +12,7 @@ and RuntimeError for a failed decode); LLMOutputError for a completion without t
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -61,8 +62,10 @@ class LlamaCppBackend:
                     ) from exc
                 path = resolve_local_model(self._wanted).gguf  # LLMUnavailableError with the install/fetch command
                 try:
+                    # Every core: llama-cpp-python's own default is half of them (1 of 2 here, ~2x slower).
+                    threads = self._threads or os.cpu_count() or 1
                     self._llm = Llama(
-                        model_path=str(path), n_ctx=self._n_ctx, n_threads=self._threads, verbose=False, seed=0
+                        model_path=str(path), n_ctx=self._n_ctx, n_threads=threads, verbose=False, seed=0
                     )
                 except (OSError, ValueError, RuntimeError) as exc:  # a missing or corrupt file, a failed context
                     raise LLMUnavailableError(f"llama.cpp cannot load {path}: {type(exc).__name__}: {exc}") from exc
