@@ -81,7 +81,7 @@ def models(out: dict) -> None:
     ]
     if importlib.util.find_spec("llama_cpp") is not None:
         for name in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
-            runs.append((f"{name} (llama.cpp)", name, lambda n=name: LlamaCppBackend(model=n, threads=os.cpu_count())))
+            runs.append((f"{name} (llama.cpp)", name, lambda n=name: LlamaCppBackend(model=n)))
     for label, name, make in runs:
         spec = get_spec(name)
         if not spec.shipped and not is_fetched(spec):
