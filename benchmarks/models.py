@@ -6,7 +6,8 @@
    call, and single-query latency p50/p95 over 100 LoCoMo questions (the query prompt included).
 2. Local models (SmolLM2-135M and Qwen2.5-Coder-0.5B with transformers; Qwen 0.5B and 1.5B with llama.cpp where
    it is installed): load seconds, and seconds for a reader-sized prompt (LoCoMo turns filling ~1,000 tokens plus
-   a question) with up to 32 new tokens, 3 times (the reader's call; no cache).
+   a question) with up to 32 new tokens, 3 times, median (the reader's call; no cache; each prompt starts
+   differently, so llama.cpp's prefix cache cannot serve it).
 Models that are not fetched are skipped and listed as such.
 """
 
@@ -92,9 +93,13 @@ def models(out: dict) -> None:
         client.chat([{"role": "user", "content": "hi"}], max_tokens=1)
         load = time.perf_counter() - start
         seconds, usage = [], None
-        for _ in range(3):
+        for i in range(3):
+            # A different question each time: llama.cpp reuses the KV cache of an identical prompt prefix, so
+            # repeating one prompt would time only its last token.
+            asked = [{"role": "user", "content": messages[0]["content"] + " " * i + f" (take {i})"}]
+            asked[0]["content"] = f"Question {i}. " + asked[0]["content"]
             start = time.perf_counter()
-            reply = client.backend.chat(messages, max_tokens=32, temperature=0.0)  # the backend: no cache
+            reply = client.backend.chat(asked, max_tokens=32, temperature=0.0)  # the backend: no cache
             seconds.append(time.perf_counter() - start)
             usage = reply.usage
         out[label] = {"load_s": load, "answer_s": statistics.median(seconds), "prompt_tokens": usage.prompt_tokens,
