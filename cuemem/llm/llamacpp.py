@@ -64,9 +64,7 @@ class LlamaCppBackend:
                 try:
                     # Every core: llama-cpp-python's own default is half of them (1 of 2 here, ~2x slower).
                     threads = self._threads or os.cpu_count() or 1
-                    self._llm = Llama(
-                        model_path=str(path), n_ctx=self._n_ctx, n_threads=threads, verbose=False, seed=0
-                    )
+                    self._llm = Llama(model_path=str(path), n_ctx=self._n_ctx, n_threads=threads, verbose=False, seed=0)
                 except (OSError, ValueError, RuntimeError) as exc:  # a missing or corrupt file, a failed context
                     raise LLMUnavailableError(f"llama.cpp cannot load {path}: {type(exc).__name__}: {exc}") from exc
         return self._llm
