@@ -41,7 +41,6 @@ MODEL_NAME = "SmolLM2-135M-Instruct"
 # a 1,250-token prompt), and `make setup` fetches it. SmolLM2 stays installed as the no-download fallback:
 # llm_model = "smollm2-135m".
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
-SHIPPED_MODEL = "smollm2-135m"
 # Part of the backend's name, hence of every cache key: change it with any decoding change, or cached answers
 # made under the old settings would be served. Greedy decoding of a 135M model loops ("Theo: Theo: ..."), so
 # SmolLM2 forbids repeated 3-grams; larger models decode plainly greedy.
@@ -56,10 +55,6 @@ def gguf_path() -> Path | None:
         return None
     path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
     return path if path.is_file() else None
-
-
-def cache_dir() -> Path:
-    return cache_root()
 
 
 @dataclass(frozen=True)
@@ -120,7 +115,7 @@ def model_label(model: str = "") -> tuple[str, str]:
 def converted_model_dir(model: LocalModel | None = None) -> Path:
     """A safetensors copy of the de-quantised GGUF, made once (atomically, so concurrent first loads are safe)."""
     model = model or resolve_local_model()
-    target = cache_dir() / model.converted
+    target = cache_root() / model.converted
     if (target / "config.json").is_file() and any(target.glob("*.safetensors")):
         return target
     source = model.gguf

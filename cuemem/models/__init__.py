@@ -6,7 +6,6 @@ from .fetcher import (
     check_files,
     clean_stale,
     fetch,
-    loader_path,
     part_groups,
     remove,
     shipped_installed,
@@ -25,6 +24,7 @@ from .registry import (
     get_spec,
     is_fetched,
     license_notice,
+    loader_path,
     model_dir,
 )
 

@@ -36,6 +36,7 @@ from .registry import (
     get_spec,
     is_fetched,
     license_notice,
+    loader_path,
     model_dir,
 )
 
@@ -61,12 +62,6 @@ def _sha256(path: Path) -> str:
 
 def _spec(name_or_spec: str | ModelSpec) -> ModelSpec:
     return name_or_spec if isinstance(name_or_spec, ModelSpec) else get_spec(name_or_spec)
-
-
-def loader_path(spec: ModelSpec) -> Path:
-    """What a loader opens once the model is fetched: its main file (a GGUF), or its folder."""
-    folder = model_dir(spec)
-    return folder / spec.main_file if spec.main_file else folder
 
 
 def shipped_installed(spec: ModelSpec) -> bool:

@@ -533,6 +533,12 @@ def model_dir(spec: ModelSpec) -> Path:
     return cache_root() / spec.name
 
 
+def loader_path(spec: ModelSpec) -> Path:
+    """What a loader opens once the model is fetched: its main file (a GGUF), or its folder."""
+    folder = model_dir(spec)
+    return folder / spec.main_file if spec.main_file else folder
+
+
 def is_fetched(spec: ModelSpec) -> bool:
     """True when the model's folder exists with every pinned file (contents are checked by `verify`)."""
     folder = model_dir(spec)
@@ -550,8 +556,7 @@ def fetched_path(name: str) -> Path:
             f"model {spec.name} is not fetched: run `cuemem models fetch {spec.name}`"
             f" ({spec.size / 1e6:,.0f} MB, licence: {spec.license})"
         )
-    folder = model_dir(spec)
-    return folder / spec.main_file if spec.main_file else folder
+    return loader_path(spec)
 
 
 def license_notice(spec: ModelSpec) -> str:
