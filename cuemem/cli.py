@@ -768,6 +768,13 @@ def bench(
             " for slow model-labelled engines. Reports say so.",
         ),
     ] = None,
+    split: Annotated[
+        str | None,
+        typer.Option(
+            help="dev or test: only that split's conversations (LoCoMo: conv-26/30/41/42/43 are dev;"
+            " LongMemEval: by question id). Tune on dev, report test.",
+        ),
+    ] = None,
     judge: Annotated[
         str | None,
         typer.Option(
@@ -777,10 +784,13 @@ def bench(
     ] = None,
 ) -> None:
     """Run engines side by side on LoCoMo or LongMemEval; resumable (per-conversation checkpoints in --out)."""
+    from .bench.datasets import SPLITS
     from .bench.runner import BenchConfig, run
 
     if dataset not in DATASET_FILES:
         raise CuememError(f"unknown dataset {dataset!r}: locomo or longmemeval")
+    if split is not None and split not in SPLITS:
+        raise CuememError(f"unknown split {split!r}: {' or '.join(SPLITS)}")
     settings = _settings()  # names the config file read, if any
     if data is None:
         directory = settings.datasets
@@ -797,7 +807,7 @@ def bench(
         overrides["turn_template"] = template
     config = BenchConfig(dataset, data, out, [e.strip() for e in engines.split(",") if e.strip()], limit, budget,
                          answer, answer_budget, _judge_settings(judge), overrides, embed_cache,
-                         state.config or default_config_file(), max_questions, max_turns)  # fmt: skip
+                         state.config or default_config_file(), max_questions, max_turns, split)  # fmt: skip
     bars: dict[str, Any] = {}
     log = ProgressLog()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cuemem.bench.datasets import load_locomo, load_longmemeval
-from cuemem.bench.runner import BenchConfig, run
+from cuemem.bench.runner import BenchConfig, conversations, run
 from cuemem.llm.local import gguf_path
 
 
@@ -211,8 +211,13 @@ def test_engine_fingerprint_versions_an_engine_by_its_own_package(tmp_path):
     from cuemem.engines import get_engine
 
     bm25, hybrid, stitch, strict = (get_engine(n) for n in ("bm25", "hybrid", "stitch", "stitch-strict"))
-    assert [p.name for p in engine_sources(bm25)] == ["baselines.py"]
-    assert {p.parent.name for p in engine_sources(stitch)} == {"stitch"} and len(engine_sources(stitch)) > 1
+    assert engine_sources(bm25)[0].name == "baselines.py"
+    assert [p.name for p in engine_sources(bm25)].count("baselines.py") == 1
+    assert engine_sources(stitch)[0].parent.name == "stitch"
+    # shared primitives version every engine that composes them
+    for engine in (bm25, stitch):
+        names = {f"{p.parent.name}/{p.name}" for p in engine_sources(engine)}
+        assert {"engines/base.py", "index/fusion.py", "index/bm25.py"} <= names
     assert engine_fingerprint(bm25)["config"] is None and engine_fingerprint(bm25)["version"]
     assert engine_fingerprint(bm25)["code"] == engine_fingerprint(hybrid)["code"]
     assert engine_fingerprint(stitch)["code"] == engine_fingerprint(strict)["code"]
@@ -315,3 +320,24 @@ def test_a_reader_given_by_environment_is_part_of_the_protocol(tmp_path, monkeyp
     assert protocol(config) != small and protocol(config)["resolved"]["llm_model"] == "qwen2.5-coder-1.5b"
     monkeypatch.setenv("CUEMEM_EMBED_DIM", "256")
     assert protocol(config)["resolved"]["embed_dim"] == 256
+
+
+def test_the_split_is_fixed_by_id_and_the_harness_runs_one_split(tmp_path):
+    from cuemem.bench.datasets import LOCOMO_DEV, split_of
+
+    assert split_of("locomo", "conv-26") == "dev" and split_of("locomo", "conv-50") == "test"
+    assert len(LOCOMO_DEV) == 5
+    ids = [f"q{i:04d}" for i in range(1000)]
+    dev = [i for i in ids if split_of("longmemeval", i) == "dev"]
+    assert 400 < len(dev) < 600  # about half, by the id's hash
+    assert dev == [i for i in ids if split_of("longmemeval", i) == "dev"]  # stable: a function of the id alone
+    data = locomo_fixture(tmp_path / "l.json")
+    samples = json.loads(data.read_text())
+    samples[0]["sample_id"], samples[1]["sample_id"] = "conv-44", "conv-26"
+    data.write_text(json.dumps(samples))
+    every = [c.id for c in conversations(BenchConfig("locomo", data, tmp_path / "o", ["bm25"]))]
+    for split in ("dev", "test"):
+        chosen = [c.id for c in conversations(BenchConfig("locomo", data, tmp_path / "o", ["bm25"], split=split))]
+        assert chosen == [c for c in every if split_of("locomo", c) == split] and len(chosen) == 1
+    limited = conversations(BenchConfig("locomo", data, tmp_path / "o", ["bm25"], limit=1, split="test"))
+    assert [c.id for c in limited] == [c for c in every if split_of("locomo", c) == "test"][:1]

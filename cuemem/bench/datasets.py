@@ -7,6 +7,7 @@ evidence as turn ids (LongMemEval also at session level). Conventions follow ../
 from __future__ import annotations
 
 import gzip
+import hashlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +19,20 @@ from ..formats import locomo_turns, read_locomo
 from ..types import Turn
 
 EVIDENCE_ID = re.compile(r"D\d+:\d+")
+
+SPLITS = ("dev", "test")
+# The fixed development split (issue 13): constants are chosen on `dev`, figures are reported on `test`.
+# LoCoMo: the first five conversations of the file are dev, the last five test.
+LOCOMO_DEV = frozenset({"conv-26", "conv-30", "conv-41", "conv-42", "conv-43"})
+
+
+def split_of(dataset: str, conversation_id: str) -> str:
+    """The split a conversation (LoCoMo) or question (LongMemEval) belongs to: LoCoMo by conversation id
+    (LOCOMO_DEV), LongMemEval by question id (the first byte of its sha256 even = dev, odd = test; stable for
+    every id, about half each)."""
+    if dataset == "locomo":
+        return "dev" if conversation_id in LOCOMO_DEV else "test"
+    return "dev" if hashlib.sha256(conversation_id.encode()).digest()[0] % 2 == 0 else "test"
 
 
 @dataclass

@@ -39,6 +39,7 @@ class BenchConfig:
     config_file: Path | None = None  # the TOML settings file the run reads (`cuemem --config`), if any
     max_questions: int | None = None  # at most N questions per conversation, evenly spaced (`sample_questions`)
     max_turns: int | None = None  # only each conversation's first N turns, and the questions they answer
+    split: str | None = None  # "dev" or "test" (datasets.split_of); None = every conversation
 
 
 # The settings a benchmark's figures depend on, as resolved from arguments, CUEMEM_* variables and the config file
@@ -76,6 +77,8 @@ def protocol(config: BenchConfig) -> dict[str, Any]:
         fields["max_questions"] = config.max_questions
     if config.max_turns:
         fields["max_turns"] = config.max_turns
+    if config.split:
+        fields["split"] = config.split
     return json.loads(json.dumps(fields, sort_keys=True, default=str))
 
 
@@ -90,19 +93,24 @@ def sample_questions(questions: list[Any], n: int | None) -> list[Any]:
 
 def engine_sources(engine: Engine) -> list[Path]:
     """The source files an engine's behaviour is versioned by: its subpackage of `cuemem.engines` (all of
-    `cuemem/engines/stitch/`), or its own module file (`cuemem/engines/baselines.py`, or a plugin's module)."""
+    `cuemem/engines/stitch/`) or its own module file (`cuemem/engines/baselines.py`, or a plugin's module), and
+    for cuemem's own engines the shared parts they compose (`engines/base.py`, `engines/baselines.py`,
+    `index/*.py`)."""
     module = sys.modules.get(type(engine).__module__)
     file = getattr(module, "__file__", None)
     if file is None:
         return []
     path = Path(file)
-    engines_dir = Path(__file__).resolve().parents[1] / "engines"
+    package_dir = Path(__file__).resolve().parents[1]
+    engines_dir = package_dir / "engines"
     try:
         top = path.resolve().relative_to(engines_dir).parts[0]
     except (ValueError, IndexError):
         return [path]  # an engine outside cuemem.engines: its own module
     package = engines_dir / top
-    return sorted(package.rglob("*.py")) if package.is_dir() else [package]
+    own = sorted(package.rglob("*.py")) if package.is_dir() else [package]
+    shared = [engines_dir / "base.py", engines_dir / "baselines.py", *sorted((package_dir / "index").glob("*.py"))]
+    return own + [p for p in shared if p not in own]
 
 
 def source_digest(paths: list[Path]) -> str:

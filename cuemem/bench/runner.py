@@ -5,6 +5,7 @@ ingest, then retrieve every question within the token budget; per-conversation c
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -22,7 +23,7 @@ from ..errors import UnknownNamespaceError
 from ..index.budget import pack
 from ..llm import LLMClient, make_client
 from ..memory import INGEST_BATCH, Memory
-from .datasets import Conversation, load_locomo, load_longmemeval
+from .datasets import Conversation, load_locomo, load_longmemeval, split_of
 from .judge import judge
 from .metrics import bleu1, evidence_recall, locomo_f1, ndcg, set_f1
 from .protocol import ABSTAIN, DEPTH, KS, BenchConfig, engine_fingerprint, protocol, reusable, sample_questions
@@ -32,12 +33,18 @@ __all__ = ["BenchConfig", "conversations", "run", "run_conversation"]
 
 
 def conversations(config: BenchConfig) -> Iterator[Conversation]:
+    """The run's conversations: those of its split (all without one), the first `limit` of them, each cut to
+    `max_turns` when set."""
     if config.dataset == "locomo":
-        loaded = load_locomo(config.data, limit=config.limit)
+        loaded = load_locomo(config.data)
     elif config.dataset == "longmemeval":
-        loaded = load_longmemeval(config.data, limit=config.limit)
+        loaded = load_longmemeval(config.data)
     else:
         raise ValueError(f"unknown dataset {config.dataset!r}: locomo or longmemeval")
+    if config.split:
+        loaded = (conv for conv in loaded if split_of(config.dataset, conv.id) == config.split)
+    if config.limit is not None:
+        loaded = itertools.islice(loaded, config.limit)
     return (prefix(conv, config.max_turns) for conv in loaded) if config.max_turns else loaded
 
 
