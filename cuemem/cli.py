@@ -33,6 +33,7 @@ from rich.text import Text
 
 from .config import Settings, default_config_file
 from .engines import available_engines
+from .engines.structure import session_header
 from .errors import CuememError
 from .formats import count_lines, file_lines, locomo_turns, read_locomo
 from .llm import FileCallCache, LLMClient, make_client
@@ -216,14 +217,16 @@ def _print_retrieval(result: Retrieval, evidence: set[str] | None = None) -> Non
     table.add_column("#", justify="right", width=3)
     table.add_column("turn", no_wrap=True)
     table.add_column("session", no_wrap=True)
+    table.add_column("date", no_wrap=True)
     table.add_column("score", justify="right")
-    table.add_column("\\[date] speaker: text", ratio=1)
+    table.add_column("speaker: text", ratio=1)
     for rank, hit in enumerate(result.hits, start=1):
         mark = " ✓" if evidence and set(hit.turn_ids) & evidence else ""
         table.add_row(
             str(rank),
             Text(visible(",".join(hit.turn_ids)) + mark),  # ids and text are data: literal, controls escaped
             Text(visible(hit.detail.get("session_id", ""))),
+            Text(visible(session_header(hit.detail) if hit.detail.get("form") else "")),
             f"{hit.score:.3f}",
             Text(visible(hit.text)),
         )

@@ -48,7 +48,22 @@ class Settings:
     embed_batch_size: int = 32
     embed_timeout: float = 30.0
     max_turn_bytes: int = 256 * 1024
+    # The text dense search embeds for a turn. BM25 indexes the words alone; speaker and date are fields (issue 13).
     turn_template: str = "{date}{speaker}: {text}"
+    # Structure (issue 13), tuned on LoCoMo's dev split (BENCHMARKS.md): a hit's score gains this share when it is
+    # by or about a person the question names / dated inside the question's date window.
+    speaker_boost: float = 0.0
+    date_boost: float = 0.0
+    # Query expansion (pseudo-relevance feedback, issue 13): a second retrieval round from the first round's top
+    # `expand_depth` hits (their people and dates for BM25, their mean vector for dense), fused with this weight;
+    # 0 = off.
+    expand_weight: float = 0.0
+    expand_depth: int = 3
+    # Second-stage reranking of the top `rerank_depth` hits by the local model's likelihood (issue 13):
+    # "off" or "model". Off by default: BENCHMARKS.md measures what it adds and costs.
+    rerank: str = "off"
+    rerank_depth: int = 30
+    rerank_weight: float = 1.0
     rrf_k: int = 60
     # Weighted reciprocal-rank fusion: a ranking's votes are multiplied by its weight. The BM25 weight defaults
     # to the one measured for the embedder (1.0 for MiniLM, 0.2 for EmbeddingGemma: BENCHMARKS.md); -1 = that.
@@ -77,6 +92,13 @@ class Settings:
                 raise CuememError(f"setting {name} must be >= 1, got {getattr(self, name)}")
         if self.bm25_stopwords not in ("extended", "lucene"):
             raise CuememError(f"setting bm25_stopwords must be extended or lucene, got {self.bm25_stopwords!r}")
+        for name in ("speaker_boost", "date_boost", "expand_weight", "rerank_weight"):
+            if getattr(self, name) < 0:
+                raise CuememError(f"setting {name} must be >= 0, got {getattr(self, name)}")
+        if self.expand_depth < 1 or self.rerank_depth < 1:
+            raise CuememError("settings expand_depth and rerank_depth must be >= 1")
+        if self.rerank not in ("off", "model"):
+            raise CuememError(f"setting rerank must be off or model, got {self.rerank!r}")
         if self.embed_dim < 0:
             raise CuememError(f"setting embed_dim must be >= 0 (0 = the model's full size), got {self.embed_dim}")
         if self.rrf_dense_weight < 0 or (self.rrf_bm25_weight < 0 and self.rrf_bm25_weight != -1):

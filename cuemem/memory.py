@@ -334,8 +334,10 @@ class Memory:
         k: int | None = None,
         budget_tokens: int | None = None,
         engine: str | None = None,
+        now: str | None = None,
     ) -> Retrieval:
-        """The k best hits for the query in this namespace, packed into `budget_tokens` when given."""
+        """The k best hits for the query in this namespace, packed into `budget_tokens` when given. `now`, when
+        the query is asked (any common date format), resolves its relative dates ("last week") for date boosts."""
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
         k = self.settings.k if k is None else k
@@ -346,7 +348,9 @@ class Memory:
         chosen = self._engine(engine)
         self._sync(chosen, ns, namespace)
         start = time.perf_counter()
-        hits = chosen.retrieve(self._context(ns, namespace), query, k, budget_tokens)
+        ctx = self._context(ns, namespace)
+        ctx.now = now
+        hits = chosen.retrieve(ctx, query, k, budget_tokens)
         hits = pack(hits, budget_tokens)
         return Retrieval(
             query=query,
@@ -376,7 +380,14 @@ class Memory:
         the reply the model is told to give when its excerpts do not say (the reader's default otherwise)."""
         budget = self.settings.answer_budget if budget_tokens is None else budget_tokens
         retrieval = self.search(
-            question, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget, engine=engine
+            question,
+            user_id=user_id,
+            agent_id=agent_id,
+            run_id=run_id,
+            k=k,
+            budget_tokens=budget,
+            engine=engine,
+            now=now,
         )
         client = self.llm_for(self.store.namespace_id(Namespace(user_id, agent_id, run_id)))
         with client.stage("query"):

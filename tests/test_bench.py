@@ -275,13 +275,13 @@ def test_the_benchmark_reads_the_named_config_file_and_a_changed_file_reruns(tmp
     run(BenchConfig("locomo", data, out, ["bm25"], config_file=toml))
     checkpoint = out / "checkpoints" / "bm25" / "c1.json"
     first = json.loads(checkpoint.read_text())["protocol"]["config_file"]
-    assert first
+    assert first and json.loads(checkpoint.read_text())["protocol"]["resolved"]["turn_template"] == "{text}"
     from cuemem import Memory
     from cuemem.config import Settings
 
     with Memory(settings=Settings.load(toml, db=out / "stores" / "bm25.db", engine="bm25"), read_only=True) as m:
-        hit = m.search("hotel", user_id="locomo:c1").hits[0]
-        assert ":" not in hit.text.split(" ")[0]  # indexed with the file's template: no "speaker:" prefix
+        assert m.settings.turn_template == "{text}"  # the file's template
+        assert m.search("hotel", user_id="locomo:c1").hits
     toml.write_text('embedder = "hashing"\n')
     run(BenchConfig("locomo", data, out, ["bm25"], config_file=toml))
     assert json.loads(checkpoint.read_text())["protocol"]["config_file"] != first

@@ -48,7 +48,9 @@ def test_search_finds_the_right_turn_with_provenance(make_memory, engine):
     assert "d3" in result.turn_ids
     for hit in result.hits:
         assert hit.turn_ids and hit.tokens > 0 and hit.engine == engine
-        assert "3 March 2024" in hit.text  # the session date is indexed with the turn
+        # the session date is a field of the hit (parsed), not words of its text; the speaker leads the text
+        assert hit.detail["date"] == "2024-03-03T00:00:00" and "3 March 2024" not in hit.text
+        assert hit.detail["timestamp"] == "3 March 2024" and hit.text.startswith(f"{hit.detail['speaker']}: ")
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -180,11 +182,17 @@ def test_import_reports_bad_lines_and_keeps_good_ones(make_memory):
 
 
 def test_budget_packs_hits(make_memory):
+    from cuemem.index.budget import SESSION_HEADER_TOKENS, packed_tokens
+
     memory = make_memory("bm25")
     memory.add(TRIP, user_id="maya")
     full = memory.search("hotel night euros", user_id="maya", k=10)
-    small = memory.search("hotel night euros", user_id="maya", k=10, budget_tokens=full.hits[0].tokens)
-    assert small.tokens <= full.hits[0].tokens and len(small.hits) >= 1
+    # a session block's date header is charged once, with its first hit
+    budget = full.hits[0].tokens + SESSION_HEADER_TOKENS
+    small = memory.search("hotel night euros", user_id="maya", k=10, budget_tokens=budget)
+    assert packed_tokens(small.hits) <= budget and len(small.hits) >= 1
+    tighter = memory.search("hotel night euros", user_id="maya", k=10, budget_tokens=budget - 1)
+    assert full.hits[0].turn_ids not in [h.turn_ids for h in tighter.hits]
     fullcontext = memory.search("anything", user_id="maya", engine="fullcontext", budget_tokens=40)
     assert fullcontext.tokens <= 40
     ids = fullcontext.turn_ids  # the most recent turns that fit, in log order

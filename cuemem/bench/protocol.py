@@ -45,7 +45,9 @@ class BenchConfig:
 # The settings a benchmark's figures depend on, as resolved from arguments, CUEMEM_* variables and the config file
 # (so that `CUEMEM_LLM_MODEL=... cuemem bench` never reuses a checkpoint another reader made).
 RESULT_SETTINGS = ("embedder", "embed_dim", "embed_model", "embed_base_url", "turn_template", "rrf_k",
-                   "rrf_bm25_weight", "rrf_dense_weight", "bm25_stopwords", "max_turn_bytes", "llm", "llm_model",
+                   "rrf_bm25_weight", "rrf_dense_weight", "bm25_stopwords", "max_turn_bytes", "speaker_boost",
+                   "date_boost", "expand_weight", "expand_depth", "rerank", "rerank_depth", "rerank_weight",
+                   "llm", "llm_model",
                    "llm_base_url", "llm_choice_mode", "answer_budget")  # fmt: skip
 
 

@@ -20,7 +20,7 @@ from ..config import Settings
 from ..embed import MatryoshkaEmbedder, make_embedder
 from ..embed.cached import CachedEmbedder
 from ..errors import UnknownNamespaceError
-from ..index.budget import pack
+from ..index.budget import pack, packed_tokens
 from ..llm import LLMClient, make_client
 from ..memory import INGEST_BATCH, Memory
 from .datasets import Conversation, load_locomo, load_longmemeval, split_of
@@ -87,7 +87,7 @@ def run_conversation(
         # Fullcontext *is* the budget (everything that fits); every other engine ranks DEPTH hits, then packs.
         search_budget = config.budget if memory.engine.name == "fullcontext" else None
         start = time.perf_counter()
-        result = memory.search(q.text, user_id=user, k=DEPTH, budget_tokens=search_budget)
+        result = memory.search(q.text, user_id=user, k=DEPTH, budget_tokens=search_budget, now=q.date)
         latency = time.perf_counter() - start
         ranked = [h.turn_ids for h in result.hits]
         packed = [h.turn_ids for h in pack(result.hits, config.budget)]
@@ -97,7 +97,7 @@ def run_conversation(
             "adversarial": q.adversarial,
             "evidence": q.evidence,
             "latency_ms": latency * 1000,
-            "context_tokens": sum(h.tokens for h in pack(result.hits, config.budget)),
+            "context_tokens": packed_tokens(pack(result.hits, config.budget)),
             "top": ranked[:50],
         }
         for k in KS:

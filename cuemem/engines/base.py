@@ -32,6 +32,7 @@ class EngineContext:
     embedder_factory: Callable[[], Embedder]
     progress: Callable[[int], None] | None = None
     llm_factory: Callable[[], LLMClient] | None = None
+    now: str | None = None  # when the query is asked (its relative dates resolve against it), if known
     _embedder: Embedder | None = field(default=None, repr=False)
 
     @property
@@ -91,9 +92,18 @@ class EngineContext:
     def hits_from_items(self, scored: Sequence[tuple[int, float]], engine: str) -> list[Hit]:
         """Turn (item id, score) pairs into hits carrying their source turn ids and token counts; an item
         without a live source turn is never returned (every hit has provenance, DESIGN.md promise 3)."""
+        from .structure import hit_text
+
         items = self.store.get_items(self.ns, [i for i, _ in scored])
         return [
-            Hit(text=it.text, score=s, turn_ids=it.turn_ids, tokens=it.tokens, engine=engine, detail=it.meta)
+            Hit(
+                text=hit_text(it.text, it.meta),
+                score=s,
+                turn_ids=it.turn_ids,
+                tokens=it.tokens,
+                engine=engine,
+                detail=it.meta,
+            )
             for it, s in ((items[i], s) for i, s in scored if i in items)
             if it.turn_ids
         ]

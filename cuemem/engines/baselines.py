@@ -1,17 +1,23 @@
 """Baselines (DESIGN.md, "Baselines"): full context, BM25, dense, and their reciprocal-rank fusion.
 
-All four index the same documents: one item per turn in the space "turn", rendered as
-"[session date] speaker: text" (plus an image caption when the turn carries one), since many questions ask "when".
+All four index the same items: one per turn in the space "turn", whose text is the turn's words (plus an image
+caption when the turn carries one) and whose fields are its speaker, date, resolved dates and the people it names
+(`structure.turn_fields`, issue 13). Dense search embeds `settings.turn_template` ("{date}{speaker}: {text}" by
+default); hits show "speaker: words" with the date in their metadata.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from ..index.fusion import reciprocal_rank_fusion
 from ..store.base import DerivedSpec, NewItem
 from ..types import Hit, Turn
 from .base import EngineContext
+from .refine import refine
+from .structure import hit_text, turn_fields
 
 TURN_SPACE = "turn"
 
@@ -23,7 +29,8 @@ def turn_words(turn: Turn) -> str:
 
 
 def turn_document(turn: Turn, template: str = "{date}{speaker}: {text}") -> str:
-    """The text a baseline indexes for a turn: its date, speaker, words and any image caption."""
+    """The text dense search embeds for a turn (`settings.turn_template`): by default its date, speaker, words
+    and any image caption."""
     text = turn_words(turn)
     date = f"[{turn.timestamp}] " if turn.timestamp else ""
     return template.format(date=date, speaker=turn.speaker, text=text, session=turn.session_id)
@@ -35,19 +42,15 @@ def index_turns(ctx: EngineContext, turns: Sequence[Turn]) -> None:
     turns = [t for t in turns if t.id not in existing]
     if not turns:
         return
-    docs = [turn_document(t, ctx.settings.turn_template) for t in turns]
+    words = [turn_words(t) for t in turns]
+    metas = [turn_fields(t) for t in turns]
+    shown = [hit_text(w, m) for w, m in zip(words, metas, strict=True)]
     ctx.store.put_items(
         ctx.ns,
         TURN_SPACE,
         [
-            NewItem(
-                t.id,
-                doc,
-                {"session_id": t.session_id, "speaker": t.speaker, "timestamp": t.timestamp},
-                [t.seq] if t.seq is not None else [],
-                tokens,
-            )
-            for t, doc, tokens in zip(turns, docs, ctx.tokens.count_many(docs), strict=True)
+            NewItem(t.id, w, meta, [t.seq] if t.seq is not None else [], tokens)
+            for t, w, meta, tokens in zip(turns, words, metas, ctx.tokens.count_many(shown), strict=True)
         ],
     )
 
@@ -68,19 +71,21 @@ def prepare_embeddings(ctx: EngineContext, turns: Sequence[Turn]) -> None:
     ctx.embed([turn_document(t, ctx.settings.turn_template) for t in turns], remember=True)
 
 
-def embed_missing(ctx: EngineContext, space: str, keys: Sequence[str]) -> None:
-    """Embed those items of `space` (by key) that have no vector from the current embedder, via the cache."""
+def embed_missing(ctx: EngineContext, space: str, turns: Sequence[Turn]) -> None:
+    """Embed the document (`turn_document`) of those turns whose item in `space` has no vector from the current
+    embedder, via the cache."""
     embedder = ctx.embedder
-    item_ids = ctx.store.item_ids(ctx.ns, space, keys).values()
-    todo = ctx.store.items_without_vectors(ctx.ns, embedder.name, list(item_ids))
-    if not todo:
+    item_ids = ctx.store.item_ids(ctx.ns, space, [t.id for t in turns])
+    todo = {item for item, _ in ctx.store.items_without_vectors(ctx.ns, embedder.name, list(item_ids.values()))}
+    pending = [(item_ids[t.id], t) for t in turns if item_ids.get(t.id) in todo]
+    if not pending:
         return
-    hashes, vectors = ctx.embed([text for _, text in todo])
+    hashes, vectors = ctx.embed([turn_document(t, ctx.settings.turn_template) for _, t in pending])
     ctx.store.put_vectors(
         ctx.ns,
         space,
         embedder.name,
-        [(item_id, h, v) for (item_id, _), h, v in zip(todo, hashes, vectors, strict=True)],
+        [(item_id, h, v) for (item_id, _), h, v in zip(pending, hashes, vectors, strict=True)],
     )
 
 
@@ -135,7 +140,7 @@ class DenseEngine(TurnIndexer):
 
     def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
         index_turns(ctx, turns)
-        embed_missing(ctx, TURN_SPACE, [t.id for t in turns])
+        embed_missing(ctx, TURN_SPACE, turns)
 
     def ranked(self, ctx: EngineContext, query: str, depth: int) -> list[tuple[int, float]]:
         return ctx.nearest(TURN_SPACE, ctx.embedder.name, ctx.embed_query(query), depth)
@@ -162,9 +167,19 @@ class HybridEngine(TurnIndexer):
     def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
         self.dense.ingest(ctx, turns)
 
+    def fused(self, ctx: EngineContext, query: str, vector: np.ndarray, depth: int) -> list[tuple[int, float]]:
+        """The first ranking: BM25 over `query` and dense over `vector`, fused by weighted reciprocal rank."""
+        lexical = [i for i, _ in self.bm25.ranked(ctx, query, depth)]
+        semantic = [i for i, _ in ctx.nearest(TURN_SPACE, ctx.embedder.name, vector, depth)]
+        fused = reciprocal_rank_fusion([lexical, semantic], k=ctx.settings.rrf_k, weights=ctx.fusion_weights())
+        return [(int(i), s) for i, s in fused]
+
     def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
         depth = max(self.depth, k)
-        lexical = [i for i, _ in self.bm25.ranked(ctx, query, depth)]
-        semantic = [i for i, _ in self.dense.ranked(ctx, query, depth)]
-        fused = reciprocal_rank_fusion([lexical, semantic], k=ctx.settings.rrf_k, weights=ctx.fusion_weights())[:k]
-        return ctx.hits_from_items([(int(i), s) for i, s in fused], self.name)
+        vector = ctx.embed_query(query)
+        ranked, detail = refine(ctx, TURN_SPACE, query, vector, self.fused(ctx, query, vector, depth),
+                                lambda text, v: self.fused(ctx, text, v, depth))  # fmt: skip
+        hits = ctx.hits_from_items(ranked[:k], self.name)
+        for hit in hits:
+            hit.detail = {**hit.detail, **detail}
+        return hits

@@ -1,4 +1,8 @@
-"""Packing ranked hits into a token budget: what a reader's context window can hold."""
+"""Packing ranked hits into a token budget: what a reader's context window can hold.
+
+Hits that carry their session and date as fields (issue 13) are printed under one date header per session block
+(`answer.context_block`) instead of a date in every hit; packing charges each block's header once
+(SESSION_HEADER_TOKENS)."""
 
 from __future__ import annotations
 
@@ -6,16 +10,36 @@ from collections.abc import Sequence
 
 from ..types import Hit
 
+SESSION_HEADER_TOKENS = 8  # "## 8 May 2023 (session D3)" and its line break, in the counters shipped
+
+
+def session_key(hit: Hit) -> str | None:
+    """The session block a hit belongs to, where its date is a field rather than part of its text."""
+    if hit.detail.get("form") is None or "session_id" not in hit.detail:
+        return None
+    return str(hit.detail["session_id"])
+
 
 def pack(hits: Sequence[Hit], budget_tokens: int | None) -> list[Hit]:
-    """Keep hits in rank order while they fit; a hit too large for what is left is skipped, not cut."""
+    """Keep hits in rank order while they fit (with their session block's header, once per block); a hit too
+    large for what is left is skipped, not cut."""
     if budget_tokens is None:
         return list(hits)
     if budget_tokens < 0:
         raise ValueError(f"budget_tokens must be >= 0, got {budget_tokens}")
-    packed, used = [], 0
+    packed, used, blocks = [], 0, set()
     for hit in hits:
-        if used + hit.tokens <= budget_tokens:
+        block = session_key(hit)
+        cost = hit.tokens + (SESSION_HEADER_TOKENS if block is not None and block not in blocks else 0)
+        if used + cost <= budget_tokens:
             packed.append(hit)
-            used += hit.tokens
+            used += cost
+            if block is not None:
+                blocks.add(block)
     return packed
+
+
+def packed_tokens(hits: Sequence[Hit]) -> int:
+    """Tokens of packed hits as a reader sees them: the hits and one header per session block."""
+    blocks = {b for b in (session_key(h) for h in hits) if b is not None}
+    return sum(h.tokens for h in hits) + SESSION_HEADER_TOKENS * len(blocks)

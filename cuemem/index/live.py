@@ -26,7 +26,10 @@ class _Entry:
 
 @dataclass
 class IndexCache:
-    """BM25 indexes per (namespace, space, analyzer) over one store, plus a lock for engines' query-side caches."""
+    """BM25 indexes per (namespace, space, analyzer) over one store, plus a lock for engines' query-side caches.
+
+    Lock order: this cache's lock first, then the store's (a snapshot); code holding a store snapshot must not
+    wait for this lock, or it deadlocks with a search catching its index up."""
 
     _entries: dict[tuple[int, str, str], _Entry] = field(default_factory=dict)
     _views: dict[tuple[int, str], tuple[object, object]] = field(default_factory=dict)

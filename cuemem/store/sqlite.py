@@ -728,6 +728,17 @@ class SQLiteStore:
             )
         return out
 
+    def item_vectors(self, ns: int, model: str, item_ids: Sequence[int]) -> dict[int, np.ndarray]:
+        """The vectors from `model` of the given items (those that have one)."""
+        out: dict[int, np.ndarray] = {}
+        for chunk in _chunks(sorted(set(item_ids)), 500):
+            marks = ",".join("?" * len(chunk))
+            for item_id, blob in self._query(
+                f"SELECT item, vec FROM vectors WHERE item IN ({marks}) AND +ns=? AND model=?", (*chunk, ns, model)
+            ):
+                out[item_id] = np.frombuffer(blob, dtype=np.float32)
+        return out
+
     def put_vectors(self, ns: int, space: str, model: str, rows: Sequence[tuple[int, str, np.ndarray]]) -> None:
         """Store (item id, text hash, vector) rows, and remember each vector in the embedding cache."""
         with self._write() as c:

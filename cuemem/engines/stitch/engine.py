@@ -23,6 +23,8 @@ from ...store.base import DerivedSpec, NewItem
 from ...types import Hit, Turn
 from ..base import EngineContext
 from ..baselines import prepare_embeddings, turn_document, turn_words
+from ..refine import refine
+from ..structure import hit_text, turn_fields
 from .analysis import StepAnalysis, analyze_steps, wanted_types
 from .labellers import MODEL_WINDOW, Labeller, ModelFreeLabeller, ModelLabeller, Step
 from .scope import OpenSegment, centroid
@@ -122,14 +124,13 @@ class StitchEngine:
         events = state.events.add_all(labeller.events(state, step)) if cfg.use_event else []
         types = state.entities.add_all(labeller.entity_types(state, step)) if cfg.use_entity else []
         antecedents = labeller.antecedents(state, step, events) if cfg.use_coref else []
-        summary = canonical_summary(step.doc, antecedents)
+        summary = canonical_summary(turn_words(step.turn), antecedents)
         # The turns a resolved reference quotes: the summary depends on them too (forgotten with them).
         quoted = [r["turn"] for r in state.recent if set(r["mentions"]) & set(antecedents)]
         depends = list(store.seqs_of(ns, quoted).values()) if quoted else []
-        meta = {"segment": state.open.segment, "session_id": step.turn.session_id, "speaker": step.turn.speaker,
-                "timestamp": step.turn.timestamp, "events": events, "entity_types": types,
+        meta = {**turn_fields(step.turn), "segment": state.open.segment, "events": events, "entity_types": types,
                 "resolved": antecedents}  # fmt: skip
-        tokens = ctx.tokens.count(summary)
+        tokens = ctx.tokens.count(hit_text(summary, meta))
         store.put_items(ns, step_space, [NewItem(step.turn.id, summary, meta, [step.turn.seq or 0], tokens, depends)])
         item = store.item_ids(ns, step_space, [step.turn.id]).get(step.turn.id)
         if item is None:  # its turn was deleted meanwhile
@@ -216,7 +217,9 @@ class StitchEngine:
 
     def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
         cfg = self.config
-        with ctx.store.snapshot():  # the state, the epoch and the labels of one moment: a table never goes stale
+        # the state, the epoch and the labels of one moment (a table never goes stale), read under the index
+        # cache's lock: every reader takes that lock before the store's, never the other way round
+        with ctx.indexes.lock, ctx.store.snapshot():
             state = self.state(ctx)
             table = self.step_table(ctx, state)
         n = len(table.ids)
@@ -224,24 +227,29 @@ class StitchEngine:
             return []
         step_space = self.space("step")
         query_vector = ctx.embed_query(query)
-        lexical = _dense_array(ctx.bm25(step_space, query, n), table, fill=0.0)
-        semantic = _dense_array(ctx.nearest(step_space, ctx.embedder.name, query_vector, n), table, fill=-1.0)
-        lists = [lexical, semantic]
-        bm25_weight, dense_weight = ctx.fusion_weights()
-        weights = [bm25_weight, dense_weight]
-        if cfg.use_scope:
-            for scores, weight in ((lexical, bm25_weight), (semantic, dense_weight)):
-                relevance = _group_max(scores, table.segment) + cfg.link_weight * _group_max(scores, table.scope)
-                lists.append(relevance + 0.01 * scores)  # within a scope, the step's own similarity decides
-                weights.append(weight)
-        depth = min(n, cfg.fusion_depth)
-        rankings = [np.argsort(-s, kind="stable")[:depth].tolist() for s in lists]
-        fused = [(int(i), s) for i, s in reciprocal_rank_fusion(rankings, k=ctx.settings.rrf_k, weights=weights)]
         events, types = self.labeller(ctx).query_filter(state, query, query_vector, analyze_query(query))
-        ranked = self._rank_by_density(table, fused, lists, set(events), set(types), k)
-        hits = ctx.hits_from_items([(table.ids[i], score) for i, score in ranked], self.name)
+
+        def ranking(text: str, vector: np.ndarray) -> list[tuple[int, float]]:
+            lexical = _dense_array(ctx.bm25(step_space, text, n), table, fill=0.0)
+            semantic = _dense_array(ctx.nearest(step_space, ctx.embedder.name, vector, n), table, fill=-1.0)
+            lists = [lexical, semantic]
+            bm25_weight, dense_weight = ctx.fusion_weights()
+            weights = [bm25_weight, dense_weight]
+            if cfg.use_scope:
+                for scores, weight in ((lexical, bm25_weight), (semantic, dense_weight)):
+                    relevance = _group_max(scores, table.segment) + cfg.link_weight * _group_max(scores, table.scope)
+                    lists.append(relevance + 0.01 * scores)  # within a scope, the step's own similarity decides
+                    weights.append(weight)
+            depth = min(n, cfg.fusion_depth)
+            rankings = [np.argsort(-s, kind="stable")[:depth].tolist() for s in lists]
+            fused = [(int(i), s) for i, s in reciprocal_rank_fusion(rankings, k=ctx.settings.rrf_k, weights=weights)]
+            ranked = self._rank_by_density(table, fused, lists, set(events), set(types), max(k, depth))
+            return [(table.ids[i], score) for i, score in ranked]
+
+        ranked, detail = refine(ctx, step_space, query, query_vector, ranking(query, query_vector), ranking)
+        hits = ctx.hits_from_items(ranked[:k], self.name)
         for hit in hits:
-            hit.detail = {**hit.detail, "filter": {"events": events, "entity_types": types}}
+            hit.detail = {**hit.detail, **detail, "filter": {"events": events, "entity_types": types}}
         return hits
 
     def _rank_by_density(self, table: StepTable, fused: list[tuple[int, float]], lists: list[np.ndarray],

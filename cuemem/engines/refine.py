@@ -1,0 +1,122 @@
+"""The second stages a ranking engine composes after its first ranking (issue 13): pseudo-relevance feedback for
+multi-hop questions, structural boosts (people, dates) and model reranking. Each is set by `Settings` and off
+where its weight is 0 (reranking: "off"); `hybrid` and `stitch` share them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from ..index.dates import format_day
+from ..index.fusion import reciprocal_rank_fusion
+from ..llm import LLMError
+from ..llm.rerank import likelihood_relevance
+from .base import EngineContext
+from .structure import QueryStructure, TurnTable, hit_text, structural_boost
+
+log = logging.getLogger(__name__)
+
+Ranked = list[tuple[int, float]]
+# A first-stage ranking for a (query text, query vector): the engine's own, run again for a second round.
+Rank = Callable[[str, np.ndarray], Ranked]
+
+
+def refine(ctx: EngineContext, space: str, query: str, query_vector: np.ndarray, ranked: Ranked, rank: Rank,
+           model: str | None = None) -> tuple[Ranked, dict[str, Any]]:  # fmt: skip
+    """Expansion, then structure, then reranking, over an engine's first ranking of `space` (best first).
+    `model` names the vectors of `space` used for feedback (the embedder's by default). Returns the new ranking
+    and what each stage saw (for the hits' detail)."""
+    settings = ctx.settings
+    table = turn_table(ctx, space)
+    asked = QueryStructure.read(query, table, ctx.now)
+    detail: dict[str, Any] = {"structure": asked.describe()}
+    if settings.expand_weight > 0 and ranked:
+        ranked, detail["expansion"] = expand(ctx, space, query, query_vector, ranked, rank, model)
+    ranked = structural_boost(table, ranked, asked, settings.speaker_boost, settings.date_boost)
+    if settings.rerank == "model" and ranked:
+        ranked = rerank(ctx, query, ranked, table)
+    return ranked, detail
+
+
+def turn_table(ctx: EngineContext, space: str) -> TurnTable:
+    """The namespace's TurnTable for a space, cached until the next write or delete. The store is read in one
+    snapshot taken under the cache's lock (the lock order every reader keeps: cache lock, then store)."""
+    store, ns = ctx.store, ctx.ns
+    name = f"{space}:structure"
+    with ctx.indexes.lock, store.snapshot():
+        version = (store.epoch(ns), store.last_seq(ns))
+        cached = ctx.indexes.view(ns, name, version)
+        if isinstance(cached, TurnTable):
+            return cached
+        ids = [i for i, _ in store.items_in_order(ns, space)]
+        table = TurnTable.build({i: item.meta for i, item in store.get_items(ns, ids).items()})
+        ctx.indexes.keep_view(ns, name, version, table)
+        return table
+
+
+def feedback_terms(ctx: EngineContext, items: Sequence[int], query: str) -> list[str]:
+    """The people and dates of the first round's top items that the query does not already name."""
+    found = ctx.store.get_items(ctx.ns, list(items))
+    words = query.lower()
+    terms: list[str] = []
+    for item in items:
+        meta = found[item].meta if item in found else {}
+        names = list(meta.get("people") or [])
+        if meta.get("date"):
+            names.append(format_day(datetime.fromisoformat(meta["date"])))
+        terms += [n for n in names if n.lower() not in words]
+    return list(dict.fromkeys(terms))
+
+
+def expand(ctx: EngineContext, space: str, query: str, query_vector: np.ndarray, ranked: Ranked, rank: Rank,
+           model: str | None = None) -> tuple[Ranked, dict[str, Any]]:  # fmt: skip
+    """Pseudo-relevance feedback (Rocchio): a second round whose BM25 query adds the top hits' people and dates
+    and whose vector moves toward their mean; the two rounds fused by reciprocal rank (weight expand_weight)."""
+    settings = ctx.settings
+    top = [item for item, _ in ranked[: settings.expand_depth]]
+    terms = feedback_terms(ctx, top, query)
+    vectors = ctx.store.item_vectors(ctx.ns, model or ctx.embedder.name, top)
+    vector = np.asarray(query_vector, dtype=np.float32)
+    vector = vector / (np.linalg.norm(vector) or 1.0)
+    if vectors:
+        rows = np.stack([v / (np.linalg.norm(v) or 1.0) for v in vectors.values()])
+        vector = vector + rows.mean(axis=0)
+        vector = vector / (np.linalg.norm(vector) or 1.0)
+    second = rank(" ".join([query, *terms]), vector)
+    fused = reciprocal_rank_fusion(
+        [[i for i, _ in ranked], [i for i, _ in second]], k=ctx.settings.rrf_k, weights=[1.0, settings.expand_weight]
+    )
+    return [(int(i), s) for i, s in fused], {"terms": terms[:12]}
+
+
+def rerank(ctx: EngineContext, query: str, ranked: Ranked, table: TurnTable) -> Ranked:
+    """Rescore the top `rerank_depth` items by the model's likelihood (llm/rerank.py), fused with their current
+    order by reciprocal rank (weight rerank_weight); the rest keep their place below. A model failure keeps the
+    ranking as it was (and is logged)."""
+    settings = ctx.settings
+    head, tail = ranked[: settings.rerank_depth], ranked[settings.rerank_depth :]
+    found = ctx.store.get_items(ctx.ns, [i for i, _ in head])
+    head = [(i, s) for i, s in head if i in found]
+    client = ctx.llm
+    try:
+        with client.stage("rerank"):
+            scores = likelihood_relevance(client, query, [hit_text(found[i].text, found[i].meta) for i, _ in head])
+    except LLMError as exc:
+        log.warning("reranking skipped, the model failed: %s", exc)
+        return ranked
+    by_model = [head[j][0] for j in np.argsort(-np.asarray(scores), kind="stable")]
+    fused = reciprocal_rank_fusion([[i for i, _ in head], by_model], k=settings.rrf_k,
+                                   weights=[1.0, settings.rerank_weight])  # fmt: skip
+    floor = min((s for _, s in fused), default=0.0)
+    scale = max((s for _, s in tail), default=0.0)
+    out = [(int(i), s) for i, s in fused]
+    # the tail stays below the head: its scores are squeezed under the lowest fused score
+    return out + [(i, floor * (s / scale if scale > 0 else 0.0) * 0.999) for i, s in tail]
+
+
+__all__ = ["Rank", "expand", "feedback_terms", "refine", "rerank", "turn_table"]

@@ -1,0 +1,147 @@
+"""Turns' structure for retrieval (issue 13): the speaker, the date and the people of a turn as fields of its item,
+not words of its indexed text, and the query-side use of them.
+
+Ingest (`turn_fields`) parses the turn's timestamp in any common format into a canonical date (an unparsable one
+is kept raw and counted, never fatal), resolves the turn's relative dates ("yesterday", "two weeks ago") against
+it, and lists the people it names. The indexed text is the turn's words alone: a query naming a person no longer
+pulls up that person's shortest turns because each one starts with the name. Hits show the speaker, carry the
+date in their metadata, and the packer prints one date header per session block (`index/budget.py`).
+
+Query side (`QueryStructure`, `structural_boost`): a question that names a person boosts the turns that person
+said or that mention them (nicknames, spelling variants and first names matched by `index/names.py`); a question
+with a date or period ("in May 2023", "last week" against the question's date) boosts the turns of that window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+from ..index.dates import DateSpan, format_day, parse_timestamp, query_window, resolve_relative
+from ..index.names import PersonIndex, candidate_names
+from ..types import Turn
+
+FORM = 2  # items written with structure; older items (text "[date] speaker: words") are shown as stored
+MAX_SPANS = 8  # resolved date expressions kept per turn
+MAX_PEOPLE = 8  # names kept per turn
+
+
+def turn_fields(turn: Turn) -> dict[str, Any]:
+    """An item's structured fields for a turn: session, speaker, raw and canonical date, resolved relative dates
+    and the people it names."""
+    when = parse_timestamp(turn.timestamp) if turn.timestamp else None
+    spans = resolve_relative(turn.text, when)[:MAX_SPANS] if when is not None else []
+    return {
+        "form": FORM,
+        "session_id": turn.session_id,
+        "speaker": turn.speaker,
+        "timestamp": turn.timestamp,
+        "date": when.isoformat() if when is not None else None,
+        "dates": [[s.start.isoformat(), s.end.isoformat(), s.granularity, s.phrase] for s in spans],
+        "people": candidate_names(turn.text)[:MAX_PEOPLE],
+    }
+
+
+def hit_text(words: str, meta: dict[str, Any]) -> str:
+    """What a hit shows a reader: the speaker and the words, with each relative date resolved ("yesterday" =
+    7 May 2023). The date itself goes in the session header, once per block."""
+    if meta.get("form") != FORM:
+        return words
+    resolved = "; ".join(f"{phrase} = {_span_label(start, end, kind)}" for start, end, kind, phrase in meta["dates"])
+    return f"{meta['speaker']}: {words}" + (f" [{resolved}]" if resolved else "")
+
+
+def session_header(meta: dict[str, Any]) -> str:
+    """The header of a session block in a packed context: its date (raw where it did not parse)."""
+    when = meta.get("date")
+    if when:
+        return format_day(datetime.fromisoformat(when))
+    return str(meta.get("timestamp") or f"session {meta.get('session_id', '?')}")
+
+
+def _span_label(start: str, end: str, kind: str) -> str:
+    return DateSpan(date.fromisoformat(start), date.fromisoformat(end), kind, "").label()
+
+
+@dataclass
+class TurnTable:
+    """Query-side view of a namespace's turn items: who said each, who it names, and when (rebuilt on change)."""
+
+    ids: list[int]
+    position: dict[int, int]
+    people: PersonIndex
+    about: list[frozenset[str]]  # canonical people each item is said by or names
+    spans: list[list[tuple[date, date]]]  # the session date and the resolved dates of each item
+    unparsed: int  # items whose timestamp did not parse
+
+    @classmethod
+    def build(cls, metas: dict[int, dict[str, Any]]) -> TurnTable:
+        ids = sorted(metas)
+        speakers = list(dict.fromkeys(str(metas[i].get("speaker") or "") for i in ids))
+        mentioned = [name for i in ids for name in metas[i].get("people") or []]
+        people = PersonIndex.build([s for s in speakers if s], mentioned)
+        resolved: dict[str, frozenset[str]] = {}
+
+        def canon(name: str) -> frozenset[str]:
+            if name not in resolved:
+                resolved[name] = frozenset(p for p, _ in people.resolve(name)[:1])
+            return resolved[name]
+
+        about, spans, unparsed = [], [], 0
+        for i in ids:
+            meta = metas[i]
+            names = [str(meta.get("speaker") or ""), *(meta.get("people") or [])]
+            about.append(frozenset().union(*(canon(n) for n in names if n)))
+            when = meta.get("date")
+            item_spans = []
+            if when:
+                day = datetime.fromisoformat(when).date()
+                item_spans.append((day, day))
+            elif meta.get("timestamp"):
+                unparsed += 1
+            item_spans += [(date.fromisoformat(s), date.fromisoformat(e)) for s, e, *_ in meta.get("dates") or []]
+            spans.append(item_spans)
+        return cls(ids, {item: n for n, item in enumerate(ids)}, people, about, spans, unparsed)
+
+
+@dataclass
+class QueryStructure:
+    """What a question asks about beyond its words: people (canonical name -> match score) and a date window."""
+
+    people: dict[str, float]
+    window: DateSpan | None
+
+    @classmethod
+    def read(cls, query: str, table: TurnTable, now: str | None = None) -> QueryStructure:
+        reference = parse_timestamp(now) if now else None
+        return cls(table.people.match_query(query), query_window(query, reference))
+
+    def describe(self) -> dict[str, Any]:
+        window = None if self.window is None else self.window.label()
+        return {"people": sorted(self.people), "window": window}
+
+
+def structural_boost(table: TurnTable, scored: Sequence[tuple[int, float]], asked: QueryStructure,
+                     speaker_boost: float, date_boost: float) -> list[tuple[int, float]]:  # fmt: skip
+    """Re-rank (item id, score) pairs: an item about a person the question names gains `speaker_boost` of its
+    score, one dated inside the question's window `date_boost`; the others keep theirs. Best first."""
+    people = set(asked.people)
+    window = asked.window
+    if (not people or speaker_boost == 0) and (window is None or date_boost == 0):
+        return sorted(scored, key=lambda x: -x[1])
+    out = []
+    for item, score in scored:
+        pos = table.position.get(item)
+        gain = 0.0
+        if pos is not None:
+            if people and table.about[pos] & people:
+                gain += speaker_boost
+            if window is not None and any(s <= window.end and e >= window.start for s, e in table.spans[pos]):
+                gain += date_boost
+        out.append((item, score * (1.0 + gain)))
+    return sorted(out, key=lambda x: -x[1])
+
+
+__all__ = ["FORM", "QueryStructure", "TurnTable", "hit_text", "session_header", "structural_boost", "turn_fields"]
