@@ -8,7 +8,8 @@
 
 Every setting here is read at query time (speaker_boost, date_boost, expand_weight, expand_depth, rrf_*,
 rerank ...), so one ingest serves the whole grid. Prints recall@10 overall (categories 1-4 / non-abstention),
-on LoCoMo's category 1, recall@budget and search milliseconds, per grid point.
+on LoCoMo's category 1, on the questions that name a date or period (`dated@10`), recall@budget and search
+milliseconds, per grid point.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from cuemem.config import Settings
 from cuemem.embed import make_embedder
 from cuemem.embed.cached import CachedEmbedder
 from cuemem.index.budget import pack
+from cuemem.index.dates import parse_timestamp, query_window
 
 FILES = {"locomo": "locomo/locomo10.json", "longmemeval": "longmemeval/longmemeval_s_cleaned.PARTIAL_499of500.json.gz"}
 
@@ -81,11 +83,14 @@ def main() -> None:
                     hits = memory.search(q.text, user_id=f"{args.dataset}:{conv.id}", k=DEPTH, now=q.date).hits
                     ms = (time.perf_counter() - start) * 1000
                     ranked = [h.turn_ids for h in hits]
+                    windowed = query_window(q.text, parse_timestamp(q.date) if q.date else None) is not None
                     rows.append({"category": q.category, "r10": evidence_recall(ranked, q.evidence, 10),
+                                 "windowed": windowed,
                                  "r5": evidence_recall(ranked, q.evidence, 5),
                                  "rb": evidence_recall([h.turn_ids for h in pack(hits, args.budget)], q.evidence),
                                  "ms": ms})  # fmt: skip
         cat1 = [r for r in rows if r["category"] == "1"]
+        dated = [r for r in rows if r["windowed"]]
         summary = {
             **point,
             "questions": len(rows),
@@ -93,6 +98,8 @@ def main() -> None:
             "recall@5": statistics.fmean(r["r5"] for r in rows),
             "cat1@10": statistics.fmean(r["r10"] for r in cat1) if cat1 else None,
             "recall@budget": statistics.fmean(r["rb"] for r in rows),
+            "dated_questions": len(dated),
+            "dated@10": statistics.fmean(r["r10"] for r in dated) if dated else None,
             "ms_p50": statistics.median(r["ms"] for r in rows),
         }
         by_cat = {}

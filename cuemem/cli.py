@@ -572,6 +572,21 @@ def models_remove(name: Annotated[str, typer.Argument(help="Model name or alias.
 
 @app.command()
 @handles_errors
+def stats(
+    user_id: UserOpt,
+    agent_id: AgentOpt = None,
+    run_id: RunOpt = None,
+    engine: Annotated[str | None, typer.Option("--use", help="Engine (default: the engine setting).")] = None,
+) -> None:
+    """What the engine reports about a namespace, as JSON (turns indexed, timestamps that did not parse as dates,
+    STITCH's steps and model-mode fallbacks ...), after catching its index up with the log."""
+    with _memory() as memory:
+        memory.catch_up(user_id=user_id, agent_id=agent_id, run_id=run_id, engine=engine)
+        print_json(memory.engine_stats(user_id=user_id, agent_id=agent_id, run_id=run_id, engine=engine))
+
+
+@app.command()
+@handles_errors
 def get(turn_id: str, user_id: UserOpt, agent_id: AgentOpt = None, run_id: RunOpt = None) -> None:
     """Print one stored turn as JSON."""
     with _memory(read_only=True) as memory:

@@ -98,6 +98,8 @@ def test_ingest_locomo_export_import_reindex(tmp_path):
     top = json.loads(r.output)["hits"][0]
     assert top["turn_ids"] == ["D1:2"] and "a photo of a dog" in top["text"] and top["text"].startswith("B: ")
     assert "8 May, 2023" in top["detail"]["timestamp"] and top["detail"]["date"].startswith("2023-05-08")
+    r = cli(tmp_path, "stats", "-u", "conv-x", "--use", "bm25")
+    assert r.exit_code == 0 and json.loads(r.output) == {"turns": 3, "unparsed_timestamps": 0}
     out = tmp_path / "export.jsonl"
     assert cli(tmp_path, "export", "-o", str(out)).exit_code == 0
     assert len(out.read_text().splitlines()) == 3

@@ -8,6 +8,7 @@ default); hits show "speaker: words" with the date in their metadata.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -16,10 +17,11 @@ from ..index.fusion import reciprocal_rank_fusion
 from ..store.base import DerivedSpec, NewItem
 from ..types import Hit, Turn
 from .base import EngineContext
-from .refine import refine
+from .refine import refine, turn_table
 from .structure import hit_text, turn_fields
 
 TURN_SPACE = "turn"
+log = logging.getLogger(__name__)
 
 
 def turn_words(turn: Turn) -> str:
@@ -44,6 +46,10 @@ def index_turns(ctx: EngineContext, turns: Sequence[Turn]) -> None:
         return
     words = [turn_words(t) for t in turns]
     metas = [turn_fields(t) for t in turns]
+    unparsed = [m["timestamp"] for m in metas if m["timestamp"] and m["date"] is None]
+    if unparsed:  # kept raw (hits show it as their session header) and counted by `stats`; never fatal
+        log.warning("%d turn timestamp(s) did not parse as a date, kept as written: e.g. %r", len(unparsed),
+                    unparsed[0][:80])  # fmt: skip
     shown = [hit_text(w, m) for w, m in zip(words, metas, strict=True)]
     ctx.store.put_items(
         ctx.ns,
@@ -64,6 +70,11 @@ class TurnIndexer:
     @property
     def derived(self) -> DerivedSpec:
         return DerivedSpec(self.name, (TURN_SPACE,), "rows")
+
+    def stats(self, ctx: EngineContext) -> dict[str, int]:
+        """Turns indexed, and those whose timestamp did not parse as a date (kept raw)."""
+        table = turn_table(ctx, TURN_SPACE)
+        return {"turns": len(table.ids), "unparsed_timestamps": table.unparsed}
 
 
 def prepare_embeddings(ctx: EngineContext, turns: Sequence[Turn]) -> None:

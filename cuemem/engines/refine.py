@@ -75,8 +75,9 @@ def feedback_terms(ctx: EngineContext, items: Sequence[int], query: str) -> list
 
 def expand(ctx: EngineContext, space: str, query: str, query_vector: np.ndarray, ranked: Ranked, rank: Rank,
            model: str | None = None) -> tuple[Ranked, dict[str, Any]]:  # fmt: skip
-    """Pseudo-relevance feedback (Rocchio): a second round whose BM25 query adds the top hits' people and dates
-    and whose vector moves toward their mean; the two rounds fused by reciprocal rank (weight expand_weight)."""
+    """Pseudo-relevance feedback for the second hop: a second round whose BM25 query is the top hits' people and
+    dates that the question does not name, and whose vector moves toward the top hits' mean (Rocchio); the two
+    rounds fused by reciprocal rank (the second weighted expand_weight)."""
     settings = ctx.settings
     top = [item for item, _ in ranked[: settings.expand_depth]]
     terms = feedback_terms(ctx, top, query)
@@ -87,7 +88,7 @@ def expand(ctx: EngineContext, space: str, query: str, query_vector: np.ndarray,
         rows = np.stack([v / (np.linalg.norm(v) or 1.0) for v in vectors.values()])
         vector = vector + rows.mean(axis=0)
         vector = vector / (np.linalg.norm(vector) or 1.0)
-    second = rank(" ".join([query, *terms]), vector)
+    second = rank(" ".join(terms), vector)
     fused = reciprocal_rank_fusion(
         [[i for i, _ in ranked], [i for i, _ in second]], k=ctx.settings.rrf_k, weights=[1.0, settings.expand_weight]
     )

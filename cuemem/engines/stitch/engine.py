@@ -23,7 +23,7 @@ from ...store.base import DerivedSpec, NewItem
 from ...types import Hit, Turn
 from ..base import EngineContext
 from ..baselines import prepare_embeddings, turn_document, turn_words
-from ..refine import refine
+from ..refine import refine, turn_table
 from ..structure import hit_text, turn_fields
 from .analysis import StepAnalysis, analyze_steps, wanted_types
 from .labellers import MODEL_WINDOW, Labeller, ModelFreeLabeller, ModelLabeller, Step
@@ -75,9 +75,11 @@ class StitchEngine:
         prepare_embeddings(ctx, turns)
 
     def stats(self, ctx: EngineContext) -> dict[str, int]:
-        """Counters worth reporting: steps indexed and model-mode labels that fell back to model-free mode."""
+        """Counters worth reporting: steps indexed, model-mode labels that fell back to model-free mode, and
+        timestamps that did not parse as dates (kept raw)."""
         state = self.state(ctx)
-        return {"steps": state.steps, "llm_fallbacks": state.fallbacks}
+        unparsed = turn_table(ctx, self.space("step")).unparsed
+        return {"steps": state.steps, "llm_fallbacks": state.fallbacks, "unparsed_timestamps": unparsed}
 
     def labeller(self, ctx: EngineContext) -> Labeller:
         return ModelLabeller(self.config, ctx) if self.config.model else ModelFreeLabeller(self.config, ctx)
