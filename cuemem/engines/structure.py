@@ -14,18 +14,20 @@ with a date or period ("in May 2023", "last week" against the question's date) b
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
 from ..index.dates import DateSpan, format_day, parse_timestamp, query_window, resolve_relative
-from ..index.names import PersonIndex, candidate_names
+from ..index.names import PersonIndex, candidate_names, normalise_name
 from ..types import Turn
 
 FORM = 2  # items written with structure; older items (text "[date] speaker: words") are shown as stored
 MAX_SPANS = 8  # resolved date expressions kept per turn
 MAX_PEOPLE = 8  # names kept per turn
+MAX_CLUSTERED = 60  # the most often mentioned names clustered into people (pairwise: bounded)
 
 
 def turn_fields(turn: Turn) -> dict[str, Any]:
@@ -71,8 +73,8 @@ class TurnTable:
 
     ids: list[int]
     position: dict[int, int]
-    people: PersonIndex
-    about: list[frozenset[str]]  # canonical people each item is said by or names
+    people: PersonIndex  # speakers and the most often mentioned names, clustered (co-reference by name)
+    by_form: dict[str, frozenset[int]]  # a normalised name -> the items said by or naming it
     spans: list[list[tuple[date, date]]]  # the session date and the resolved dates of each item
     unparsed: int  # items whose timestamp did not parse
 
@@ -80,20 +82,19 @@ class TurnTable:
     def build(cls, metas: dict[int, dict[str, Any]]) -> TurnTable:
         ids = sorted(metas)
         speakers = list(dict.fromkeys(str(metas[i].get("speaker") or "") for i in ids))
-        mentioned = [name for i in ids for name in metas[i].get("people") or []]
-        people = PersonIndex.build([s for s in speakers if s], mentioned)
-        resolved: dict[str, frozenset[str]] = {}
-
-        def canon(name: str) -> frozenset[str]:
-            if name not in resolved:
-                resolved[name] = frozenset(p for p, _ in people.resolve(name)[:1])
-            return resolved[name]
-
-        about, spans, unparsed = [], [], 0
-        for i in ids:
+        mentioned = Counter(name for i in ids for name in metas[i].get("people") or [])
+        # Clustering compares names pairwise: only the names that recur take part (a long haystack names hundreds
+        # of things once); any other name is still matched by its own form (`about`).
+        common = {name for name, _ in mentioned.most_common(MAX_CLUSTERED)}
+        people = PersonIndex.build([s for s in speakers if s], [n for n in mentioned.elements() if n in common])
+        by_form: dict[str, set[int]] = {}
+        spans, unparsed = [], 0
+        for pos, i in enumerate(ids):
             meta = metas[i]
-            names = [str(meta.get("speaker") or ""), *(meta.get("people") or [])]
-            about.append(frozenset().union(*(canon(n) for n in names if n)))
+            for name in [str(meta.get("speaker") or ""), *(meta.get("people") or [])]:
+                form = normalise_name(name)
+                if form:
+                    by_form.setdefault(form, set()).add(pos)
             when = meta.get("date")
             item_spans = []
             if when:
@@ -103,7 +104,20 @@ class TurnTable:
                 unparsed += 1
             item_spans += [(date.fromisoformat(s), date.fromisoformat(e)) for s, e, *_ in meta.get("dates") or []]
             spans.append(item_spans)
-        return cls(ids, {item: n for n, item in enumerate(ids)}, people, about, spans, unparsed)
+        frozen = {form: frozenset(items) for form, items in by_form.items()}
+        return cls(ids, {item: n for n, item in enumerate(ids)}, people, frozen, spans, unparsed)
+
+    def about(self, people: dict[str, float], query: str) -> frozenset[int]:
+        """The items said by or naming the people a question refers to: every form of each matched person (its
+        aliases, nicknames included), and any other name of the question by its own form."""
+        forms: set[str] = set()
+        for name in people:
+            forms |= {normalise_name(a) for a in self.people.aliases(name) | {name}}
+        forms |= {normalise_name(n) for n in candidate_names(query)}
+        hits: set[int] = set()
+        for form in forms:
+            hits |= self.by_form.get(form, frozenset())
+        return frozenset(hits)
 
 
 @dataclass
@@ -112,11 +126,13 @@ class QueryStructure:
 
     people: dict[str, float]
     window: DateSpan | None
+    about: frozenset[int]  # positions in the TurnTable of the items by or about those people
 
     @classmethod
     def read(cls, query: str, table: TurnTable, now: str | None = None) -> QueryStructure:
         reference = parse_timestamp(now) if now else None
-        return cls(table.people.match_query(query), query_window(query, reference))
+        people = table.people.match_query(query)
+        return cls(people, query_window(query, reference), table.about(people, query))
 
     def describe(self) -> dict[str, Any]:
         window = None if self.window is None else self.window.label()
@@ -127,16 +143,15 @@ def structural_boost(table: TurnTable, scored: Sequence[tuple[int, float]], aske
                      speaker_boost: float, date_boost: float) -> list[tuple[int, float]]:  # fmt: skip
     """Re-rank (item id, score) pairs: an item about a person the question names gains `speaker_boost` of its
     score, one dated inside the question's window `date_boost`; the others keep theirs. Best first."""
-    people = set(asked.people)
     window = asked.window
-    if (not people or speaker_boost == 0) and (window is None or date_boost == 0):
+    if (not asked.about or speaker_boost == 0) and (window is None or date_boost == 0):
         return sorted(scored, key=lambda x: -x[1])
     out = []
     for item, score in scored:
         pos = table.position.get(item)
         gain = 0.0
         if pos is not None:
-            if people and table.about[pos] & people:
+            if pos in asked.about:
                 gain += speaker_boost
             if window is not None and any(s <= window.end and e >= window.start for s, e in table.spans[pos]):
                 gain += date_boost
