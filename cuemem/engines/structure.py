@@ -100,7 +100,7 @@ class TurnTable:
             if when:
                 day = datetime.fromisoformat(when).date()
                 item_spans.append((day, day))
-            elif meta.get("timestamp"):
+            elif meta.get("timestamp") and meta.get("form") == FORM:  # older items never parsed theirs
                 unparsed += 1
             item_spans += [(date.fromisoformat(s), date.fromisoformat(e)) for s, e, *_ in meta.get("dates") or []]
             spans.append(item_spans)
