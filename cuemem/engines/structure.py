@@ -51,7 +51,9 @@ def hit_text(words: str, meta: dict[str, Any]) -> str:
     7 May 2023). The date itself goes in the session header, once per block."""
     if meta.get("form") != FORM:
         return words
-    resolved = "; ".join(f"{phrase} = {_span_label(start, end, kind)}" for start, end, kind, phrase in meta["dates"])
+    resolved = "; ".join(
+        f"{phrase.strip(' .,;:!?')} = {_span_label(start, end, kind)}" for start, end, kind, phrase in meta["dates"]
+    )
     return f"{meta['speaker']}: {words}" + (f" [{resolved}]" if resolved else "")
 
 
