@@ -187,3 +187,11 @@ def test_the_model_reranker_reorders_the_head_and_a_failing_model_keeps_the_rank
                        rerank_depth=6, llm_retries=0)  # fmt: skip
     down.add(HOPS, user_id="u")
     assert down.search(query, user_id="u", k=6).turn_ids == baseline
+
+
+def test_items_written_before_the_fields_show_as_stored_and_are_not_counted_unparsed():
+    from cuemem.engines.structure import TurnTable
+
+    old = {"session_id": "s1", "speaker": "A", "timestamp": "1 May 2023"}  # no "form": an item of an older cuemem
+    assert hit_text("[1 May 2023] A: hello", old) == "[1 May 2023] A: hello"
+    assert TurnTable.build({1: old}).unparsed == 0
