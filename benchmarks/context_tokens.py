@@ -5,8 +5,8 @@
 OLD_OUT and NEW_OUT are `cuemem bench` output directories (stores and checkpoints kept) of the same engine and
 conversations, made before and after issue 13. For each question the top K hits of each run (K = 10) cost the sum
 of their items' token counts: before, every hit carries "[date] speaker: "; after, hits carry "speaker: " and the
-packed context has one date header per session block (SESSION_HEADER_TOKENS each). Prints mean tokens and mean
-recall@K of both runs.
+packed context has one date heading per session block (`session_heading`, counted with the shipped token
+counter). Prints mean tokens and mean recall@K of both runs.
 """
 
 from __future__ import annotations
@@ -19,16 +19,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cuemem.index.budget import SESSION_HEADER_TOKENS
+from cuemem.engines.structure import session_heading
+from cuemem.index.tokens import default_counter
 
 
-def item_tokens(db: Path, engine: str) -> dict[tuple[int, str], tuple[int, str]]:
-    """(namespace, turn id) -> (token count, session id) of the engine's items."""
+def item_tokens(db: Path, engine: str) -> dict[tuple[int, str], tuple[int, str, int]]:
+    """(namespace, turn id) -> (token count, session id, tokens of its session's heading) of the engine's items."""
     space = "turn" if engine in ("bm25", "dense", "hybrid", "fullcontext") else f"{engine}:step"
+    counter = default_counter()
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
-        sql = "SELECT ns, key, tokens, json_extract(meta, '$.session_id') FROM items WHERE space=?"
-        rows = c.execute(sql, (space,))
-        return {(ns, key): (tokens, str(session)) for ns, key, tokens, session in rows}
+        rows = c.execute("SELECT ns, key, tokens, meta FROM items WHERE space=?", (space,)).fetchall()
+    out = {}
+    for ns, key, tokens, meta in rows:
+        fields = json.loads(meta)
+        out[(ns, key)] = (tokens, str(fields.get("session_id")), counter.count(session_heading(fields)))
+    return out
 
 
 def namespaces(db: Path) -> dict[str, int]:
@@ -52,9 +57,9 @@ def main() -> None:
                     continue
                 top = [ids[0] for ids in q["top"][:k]]
                 found = [tokens[(ns, t)] for t in top if (ns, t) in tokens]
-                cost = sum(n for n, _ in found)
+                cost = sum(n for n, _, _ in found)
                 if label == "after":
-                    cost += SESSION_HEADER_TOKENS * len({session for _, session in found})
+                    cost += sum({session: heading for _, session, heading in found}.values())
                 costs.append(cost)
                 recalls.append(q[f"recall@{k}"])
         figures[label] = {"questions": len(costs), "tokens": statistics.fmean(costs),

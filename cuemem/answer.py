@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .engines.structure import session_header
+from .engines.structure import session_heading
 from .index.budget import session_key
 from .llm import LLMClient, LLMError
 from .types import Answer, Hit, Retrieval
@@ -46,8 +46,8 @@ def context_block(hits: Sequence[Hit]) -> tuple[str, list[str]]:
         lines.append(f"[{','.join(hit.turn_ids)}] {hit.text}")
         ids.extend(t for t in hit.turn_ids if t not in ids)
 
-    for key, members in sorted(blocks.items(), key=lambda kv: _block_date(kv[1][0])):
-        lines.append(f"## {session_header(members[0].detail)} (session {key})")
+    for members in sorted(blocks.values(), key=lambda block: _block_date(block[0])):
+        lines.append(session_heading(members[0].detail))
         for hit in members:
             excerpt(hit)
     for hit in loose:

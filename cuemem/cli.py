@@ -329,14 +329,14 @@ def search(
     k: Annotated[int | None, typer.Option("-k", help="How many hits (default: setting k).")] = None,
     budget: Annotated[int | None, typer.Option(help="Token budget for the packed hits.")] = None,
     engine: Annotated[str | None, typer.Option("--use", help="Search with this engine instead.")] = None,
+    now: Annotated[str | None, typer.Option(help="When the query is asked: resolves 'last week' and the like.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search a namespace's memory."""
     with _memory() as memory:
         _catch_up(memory, user_id=user_id, agent_id=agent_id, run_id=run_id, engine=engine)
-        result = memory.search(
-            query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget, engine=engine
-        )
+        result = memory.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget,
+                               engine=engine, now=now)  # fmt: skip
     if as_json:
         print_json(result.as_dict())
     else:

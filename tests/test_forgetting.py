@@ -230,3 +230,29 @@ def test_the_model_call_cache_forgets_deleted_turns(tmp_path: Path, deletion: st
             checkpoint(memory)
             leaks = files_containing(tmp_path, secret)
             assert not leaks, f"a deleted turn's text is still in the files after a checkpoint: {leaks}"
+
+
+@pytest.mark.parametrize("engine", ["hybrid", "stitch"])
+def test_a_deleted_persons_name_leaves_the_structure_too(tmp_path: Path, engine: str, request):
+    """Issue 13: names a turn mentions become fields of its item and enter the namespace's people index (names
+    clustered into people, matched against questions). Deleting the turn must take the name out of all of it."""
+    digest = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:10]
+    name = "Zqx" + "".join(chr(ord("a") + int(c, 16)) for c in digest)  # a name found nowhere else
+    turns = [
+        {"id": "n1", "speaker": "Maya", "text": f"My cousin {name} moved to Porto yesterday."},
+        {"id": "n2", "speaker": "Maya", "text": f"{name} loves the river there."},
+    ]
+    backend = FakeBackend()
+    with open_memory(tmp_path / "mem.db", engine, llm=LLMClient(backend), speaker_boost=0.5) as memory:
+        memory.add(ORDINARY, user_id="alice", session_id="s1", timestamp="8 May 2023")
+        memory.add(turns, user_id="alice", session_id="s2", timestamp="9 May 2023")
+        question = f"Where did {name} move to?"
+        hits = memory.search(question, user_id="alice", k=3).hits
+        assert hits[0].detail["structure"]["people"] == [name] and name in hits[0].detail["people"]
+        memory.delete_session("s2", user_id="alice")
+        for hit in memory.search(question, user_id="alice", k=10).hits:
+            assert name not in hit.detail["structure"]["people"] and name not in hit.detail["people"]
+        ns = memory.store.namespace_id(Namespace("alice"))
+        tables = [v for (n, _), (_, v) in memory.indexes._views.items() if n == ns and hasattr(v, "by_form")]
+        assert tables and all(name.lower() not in t.by_form and name not in t.people.people() for t in tables)
+        assert_forgotten(memory, backend, tmp_path, name, "Who moved to Porto?")  # (the prompt must not name them)

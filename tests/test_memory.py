@@ -182,13 +182,13 @@ def test_import_reports_bad_lines_and_keeps_good_ones(make_memory):
 
 
 def test_budget_packs_hits(make_memory):
-    from cuemem.index.budget import SESSION_HEADER_TOKENS, packed_tokens
+    from cuemem.index.budget import packed_tokens
 
     memory = make_memory("bm25")
     memory.add(TRIP, user_id="maya")
     full = memory.search("hotel night euros", user_id="maya", k=10)
     # a session block's date header is charged once, with its first hit
-    budget = full.hits[0].tokens + SESSION_HEADER_TOKENS
+    budget = full.hits[0].tokens + full.hits[0].detail["header_tokens"]
     small = memory.search("hotel night euros", user_id="maya", k=10, budget_tokens=budget)
     assert packed_tokens(small.hits) <= budget and len(small.hits) >= 1
     tighter = memory.search("hotel night euros", user_id="maya", k=10, budget_tokens=budget - 1)

@@ -98,7 +98,7 @@ def test_an_unparsable_timestamp_is_kept_raw_counted_and_never_fatal(make_memory
 
 
 def hit(tid: str, session: str, when: str | None, tokens: int = 10) -> Hit:
-    detail = {"form": 2, "session_id": session, "date": when, "timestamp": when, "speaker": "A"}
+    detail = {"form": 2, "session_id": session, "date": when, "timestamp": when, "speaker": "A", "header_tokens": 9}
     return Hit(text=f"A: words of {tid}", score=1.0, turn_ids=[tid], tokens=tokens, detail=detail)
 
 
@@ -111,10 +111,25 @@ def test_the_packer_prints_one_date_header_per_session_block_in_date_order():
     assert lines == ["## 8 May 2023 (session A)", "[a1] A: words of a1", "## 1 June 2023 (session B)",
                      "[b1] A: words of b1", "[b2] A: words of b2", "[o] [old] x"]  # fmt: skip
     assert set(ids) == {"a1", "b1", "b2", "o"}
-    assert packed_tokens(hits) == 33 + 2 * SESSION_HEADER_TOKENS
+    assert packed_tokens(hits) == 33 + 2 * 9  # each block's heading at its recorded cost
     # the header is charged with a block's first hit only
-    assert [h.turn_ids[0] for h in pack(hits, 10 + SESSION_HEADER_TOKENS)] == ["b1"]
-    assert [h.turn_ids[0] for h in pack(hits, 20 + SESSION_HEADER_TOKENS)] == ["b1", "b2"]
+    assert [h.turn_ids[0] for h in pack(hits, 10 + 9)] == ["b1"]
+    assert [h.turn_ids[0] for h in pack(hits, 20 + 9)] == ["b1", "b2"]
+    assert [h.turn_ids[0] for h in pack(hits, 10 + 8)] == ["o"]  # b1 and its heading no longer fit; "o" does
+    # a hit stored without the count is charged the fallback
+    bare = Hit(text="A: x", score=1.0, turn_ids=["z"], tokens=5, detail={"form": 2, "session_id": "Z", "date": None})
+    assert packed_tokens([bare]) == 5 + SESSION_HEADER_TOKENS
+
+
+def test_the_recorded_heading_cost_is_the_heading_the_reader_sees(make_memory):
+    from cuemem.engines.structure import session_heading
+
+    memory = make_memory("hybrid")
+    memory.add(TALK[:2], user_id="u", session_id="session_12", timestamp="15 September 2023")
+    hit = memory.search("adoption agency", user_id="u", k=1).hits[0]
+    block, _ = context_block([hit])
+    assert block.splitlines()[0] == session_heading(hit.detail) == "## 15 September 2023 (session session_12)"
+    assert hit.detail["header_tokens"] == memory.tokens.count(block.splitlines()[0])
 
 
 HOPS = [

@@ -17,6 +17,7 @@ from ..index.tokens import TokenCounter
 from ..llm.client import LLMClient
 from ..store.base import DerivedSpec, Store
 from ..types import Hit, Namespace, Turn
+from .structure import hit_text
 
 
 @dataclass
@@ -92,8 +93,6 @@ class EngineContext:
     def hits_from_items(self, scored: Sequence[tuple[int, float]], engine: str) -> list[Hit]:
         """Turn (item id, score) pairs into hits carrying their source turn ids and token counts; an item
         without a live source turn is never returned (every hit has provenance, DESIGN.md promise 3)."""
-        from .structure import hit_text
-
         items = self.store.get_items(self.ns, [i for i, _ in scored])
         return [
             Hit(

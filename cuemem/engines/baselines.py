@@ -18,7 +18,7 @@ from ..store.base import DerivedSpec, NewItem
 from ..types import Hit, Turn
 from .base import EngineContext
 from .refine import refine, turn_table
-from .structure import hit_text, turn_fields
+from .structure import hit_text, turn_fields, with_header_tokens
 
 TURN_SPACE = "turn"
 log = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ def index_turns(ctx: EngineContext, turns: Sequence[Turn]) -> None:
     if unparsed:  # kept raw (hits show it as their session header) and counted by `stats`; never fatal
         log.warning("%d turn timestamp(s) did not parse as a date, kept as written: e.g. %r", len(unparsed),
                     unparsed[0][:80])  # fmt: skip
+    with_header_tokens(metas, ctx.tokens.count_many)
     shown = [hit_text(w, m) for w, m in zip(words, metas, strict=True)]
     ctx.store.put_items(
         ctx.ns,

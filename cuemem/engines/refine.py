@@ -26,20 +26,19 @@ Ranked = list[tuple[int, float]]
 Rank = Callable[[str, np.ndarray], Ranked]
 
 
-def refine(ctx: EngineContext, space: str, query: str, query_vector: np.ndarray, ranked: Ranked, rank: Rank,
-           model: str | None = None) -> tuple[Ranked, dict[str, Any]]:  # fmt: skip
-    """Expansion, then structure, then reranking, over an engine's first ranking of `space` (best first).
-    `model` names the vectors of `space` used for feedback (the embedder's by default). Returns the new ranking
-    and what each stage saw (for the hits' detail)."""
+def refine(ctx: EngineContext, space: str, query: str, query_vector: np.ndarray, ranked: Ranked,
+           rank: Rank) -> tuple[Ranked, dict[str, Any]]:  # fmt: skip
+    """Expansion, then structure, then reranking, over an engine's first ranking of `space` (best first). Returns
+    the new ranking and what each stage saw (for the hits' detail)."""
     settings = ctx.settings
     table = turn_table(ctx, space)
     asked = QueryStructure.read(query, table, ctx.now)
     detail: dict[str, Any] = {"structure": asked.describe()}
     if settings.expand_weight > 0 and ranked:
-        ranked, detail["expansion"] = expand(ctx, space, query, query_vector, ranked, rank, model)
+        ranked, detail["expansion"] = expand(ctx, query, query_vector, ranked, rank)
     ranked = structural_boost(table, ranked, asked, settings.speaker_boost, settings.date_boost)
     if settings.rerank == "model" and ranked:
-        ranked = rerank(ctx, query, ranked, table)
+        ranked = rerank(ctx, query, ranked)
     return ranked, detail
 
 
@@ -73,15 +72,15 @@ def feedback_terms(ctx: EngineContext, items: Sequence[int], query: str) -> list
     return list(dict.fromkeys(terms))
 
 
-def expand(ctx: EngineContext, space: str, query: str, query_vector: np.ndarray, ranked: Ranked, rank: Rank,
-           model: str | None = None) -> tuple[Ranked, dict[str, Any]]:  # fmt: skip
+def expand(ctx: EngineContext, query: str, query_vector: np.ndarray, ranked: Ranked,
+           rank: Rank) -> tuple[Ranked, dict[str, Any]]:  # fmt: skip
     """Pseudo-relevance feedback for the second hop: a second round whose BM25 query is the top hits' people and
     dates that the question does not name, and whose vector moves toward the top hits' mean (Rocchio); the two
     rounds fused by reciprocal rank (the second weighted expand_weight)."""
     settings = ctx.settings
     top = [item for item, _ in ranked[: settings.expand_depth]]
     terms = feedback_terms(ctx, top, query)
-    vectors = ctx.store.item_vectors(ctx.ns, model or ctx.embedder.name, top)
+    vectors = ctx.store.item_vectors(ctx.ns, ctx.embedder.name, top)
     vector = np.asarray(query_vector, dtype=np.float32)
     vector = vector / (np.linalg.norm(vector) or 1.0)
     if vectors:
@@ -95,7 +94,7 @@ def expand(ctx: EngineContext, space: str, query: str, query_vector: np.ndarray,
     return [(int(i), s) for i, s in fused], {"terms": terms[:12]}
 
 
-def rerank(ctx: EngineContext, query: str, ranked: Ranked, table: TurnTable) -> Ranked:
+def rerank(ctx: EngineContext, query: str, ranked: Ranked) -> Ranked:
     """Rescore the top `rerank_depth` items by the model's likelihood (llm/rerank.py), fused with their current
     order by reciprocal rank (weight rerank_weight); the rest keep their place below. A model failure keeps the
     ranking as it was (and is logged)."""

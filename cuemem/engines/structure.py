@@ -15,7 +15,7 @@ with a date or period ("in May 2023", "last week" against the question's date) b
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -63,6 +63,17 @@ def session_header(meta: dict[str, Any]) -> str:
     if when:
         return format_day(datetime.fromisoformat(when))
     return str(meta.get("timestamp") or f"session {meta.get('session_id', '?')}")
+
+
+def session_heading(meta: dict[str, Any]) -> str:
+    """The line that opens a session block in a reader's context (its tokens are stored as `header_tokens`)."""
+    return f"## {session_header(meta)} (session {meta.get('session_id', '?')})"
+
+
+def with_header_tokens(metas: list[dict[str, Any]], count: Callable[[list[str]], list[int]]) -> None:
+    """Record in each item's fields what its session heading costs, so the packer charges the real figure."""
+    for meta, tokens in zip(metas, count([session_heading(m) for m in metas]), strict=True):
+        meta["header_tokens"] = tokens
 
 
 def _span_label(start: str, end: str, kind: str) -> str:
@@ -161,4 +172,5 @@ def structural_boost(table: TurnTable, scored: Sequence[tuple[int, float]], aske
     return sorted(out, key=lambda x: -x[1])
 
 
-__all__ = ["FORM", "QueryStructure", "TurnTable", "hit_text", "session_header", "structural_boost", "turn_fields"]
+__all__ = ["FORM", "QueryStructure", "TurnTable", "hit_text", "session_header", "session_heading", "structural_boost",
+           "turn_fields", "with_header_tokens"]  # fmt: skip

@@ -1,8 +1,8 @@
 """Packing ranked hits into a token budget: what a reader's context window can hold.
 
 Hits that carry their session and date as fields (issue 13) are printed under one date header per session block
-(`answer.context_block`) instead of a date in every hit; packing charges each block's header once
-(SESSION_HEADER_TOKENS)."""
+(`answer.context_block`) instead of a date in every hit; packing charges each block's header once, at the cost
+counted at ingest (`header_tokens` in the hit's fields)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ from collections.abc import Sequence
 
 from ..types import Hit
 
-SESSION_HEADER_TOKENS = 8  # "## 8 May 2023 (session D3)" and its line break, in the counters shipped
+# What a heading costs where an item did not record it: "## 8 May 2023 (session D1)" counts 11 tokens (MiniLM's
+# tokenizer, the shipped counter), LoCoMo's headings 11-12.
+SESSION_HEADER_TOKENS = 12
+
+
+def header_cost(hit: Hit) -> int:
+    """Tokens of the heading of a hit's session block."""
+    return int(hit.detail.get("header_tokens", SESSION_HEADER_TOKENS))
 
 
 def session_key(hit: Hit) -> str | None:
@@ -30,7 +37,7 @@ def pack(hits: Sequence[Hit], budget_tokens: int | None) -> list[Hit]:
     packed, used, blocks = [], 0, set()
     for hit in hits:
         block = session_key(hit)
-        cost = hit.tokens + (SESSION_HEADER_TOKENS if block is not None and block not in blocks else 0)
+        cost = hit.tokens + (header_cost(hit) if block is not None and block not in blocks else 0)
         if used + cost <= budget_tokens:
             packed.append(hit)
             used += cost
@@ -41,5 +48,5 @@ def pack(hits: Sequence[Hit], budget_tokens: int | None) -> list[Hit]:
 
 def packed_tokens(hits: Sequence[Hit]) -> int:
     """Tokens of packed hits as a reader sees them: the hits and one header per session block."""
-    blocks = {b for b in (session_key(h) for h in hits) if b is not None}
-    return sum(h.tokens for h in hits) + SESSION_HEADER_TOKENS * len(blocks)
+    headers = {b: header_cost(h) for h in reversed(hits) if (b := session_key(h)) is not None}
+    return sum(h.tokens for h in hits) + sum(headers.values())

@@ -24,7 +24,7 @@ from ...types import Hit, Turn
 from ..base import EngineContext
 from ..baselines import prepare_embeddings, turn_document, turn_words
 from ..refine import refine, turn_table
-from ..structure import hit_text, turn_fields
+from ..structure import hit_text, turn_fields, with_header_tokens
 from .analysis import StepAnalysis, analyze_steps, wanted_types
 from .labellers import MODEL_WINDOW, Labeller, ModelFreeLabeller, ModelLabeller, Step
 from .scope import OpenSegment, centroid
@@ -132,6 +132,7 @@ class StitchEngine:
         depends = list(store.seqs_of(ns, quoted).values()) if quoted else []
         meta = {**turn_fields(step.turn), "segment": state.open.segment, "events": events, "entity_types": types,
                 "resolved": antecedents}  # fmt: skip
+        with_header_tokens([meta], ctx.tokens.count_many)
         tokens = ctx.tokens.count(hit_text(summary, meta))
         store.put_items(ns, step_space, [NewItem(step.turn.id, summary, meta, [step.turn.seq or 0], tokens, depends)])
         item = store.item_ids(ns, step_space, [step.turn.id]).get(step.turn.id)
