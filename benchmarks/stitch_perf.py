@@ -1,11 +1,13 @@
-"""Model-free STITCH: ingest throughput and query latency on this machine.
+"""Model-free engines (`stitch`, `scg`, `hybrid` ...): ingest throughput and query latency on this machine.
 
     python benchmarks/stitch_perf.py --turns 5000 --sizes 10000 --out bench-out/stitch_perf.json
+    python benchmarks/stitch_perf.py --engine scg --turns 10000 --sizes 10000 --out bench-out/scg_perf.json
 
 Ingest is measured twice, each in its own subprocess: cold (MiniLM embeds every turn, as a first ingest does)
 and with the embeddings already cached (what the labelling itself costs: spaCy, segmentation, vocabularies,
-coreference, writes). Query latency is p50/p95 of `Memory.search(k=10, budget 4,096)` over LoCoMo questions on
-a store of the given size (LoCoMo turns repeated under new ids, as in benchmarks/perf.py).
+coreference, writes; for `scg` the concepts, assimilation and the schema). Query latency is p50/p95 of
+`Memory.search(k=10, budget 4,096)` over LoCoMo questions on a store of the given size (LoCoMo turns repeated
+under new ids, as in benchmarks/perf.py).
 """
 
 from __future__ import annotations

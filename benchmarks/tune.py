@@ -7,14 +7,17 @@
         --embed-cache EMB --grid speaker_boost=0,0.25,0.5 --grid expand_weight=0,0.5 --out OUT/tune-stitch.json
 
 Every setting here is read at query time (speaker_boost, date_boost, expand_weight, expand_depth, rrf_*,
-rerank ...), so one ingest serves the whole grid. Prints recall@10 overall (categories 1-4 / non-abstention),
-on LoCoMo's category 1, on the questions that name a date or period (`dated@10`), recall@budget and search
-milliseconds, per grid point.
+rerank ...), so one ingest serves the whole grid. A name `engine.FIELD` sets a field of the engine's own config
+(e.g. `--grid engine.temperature=1,5,20 --grid engine.hops=0,1,2` for scg); only fields read at query time make
+sense there, since the store was ingested under the registered config. Prints recall@10 overall (categories
+1-4 / non-abstention), on LoCoMo's category 1, on the questions that name a date or period (`dated@10`),
+recall@budget and search milliseconds, per grid point.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -33,6 +36,7 @@ from cuemem.bench.protocol import DEPTH
 from cuemem.config import Settings
 from cuemem.embed import make_embedder
 from cuemem.embed.cached import CachedEmbedder
+from cuemem.engines import get_engine
 from cuemem.index.budget import pack
 from cuemem.index.dates import parse_timestamp, query_window
 
@@ -45,6 +49,20 @@ def grid(specs: list[str]) -> list[dict[str, str]]:
         name, values = spec.split("=", 1)
         axes.append([(name, v) for v in values.split(",")])
     return [dict(point) for point in itertools.product(*axes)] or [{}]
+
+
+def configured(name: str, overrides: dict[str, str]) -> object:
+    """The registered engine `name` with fields of its config replaced (typed like their defaults), under the
+    same name, so that it reads the store's derived state."""
+    engine = get_engine(name)
+    if overrides:
+        config = engine.config  # type: ignore[attr-defined]
+        typed = {}
+        for key, value in overrides.items():
+            default = getattr(config, key)
+            typed[key] = value.lower() in ("1", "true", "yes") if isinstance(default, bool) else type(default)(value)
+        engine.config = dataclasses.replace(config, **typed)  # type: ignore[attr-defined]
+    return engine
 
 
 def main() -> None:
@@ -71,9 +89,11 @@ def main() -> None:
         embedder = CachedEmbedder(embedder, args.embed_cache)
     results = []
     for point in grid(args.grid):
-        settings = Settings.load(db=args.store, engine=args.engine, **base, **point)
+        setting = {k: v for k, v in point.items() if not k.startswith("engine.")}
+        engine = configured(args.engine, {k[7:]: v for k, v in point.items() if k.startswith("engine.")})
+        settings = Settings.load(db=args.store, engine=args.engine, **base, **setting)
         rows = []
-        with Memory(settings=settings, embedder=embedder, read_only=True) as memory:
+        with Memory(settings=settings, embedder=embedder, engine=engine, read_only=True) as memory:
             for conv in convs:
                 questions = [q for q in conv.questions if q.evidence and not q.adversarial]
                 if args.max_questions:

@@ -74,6 +74,9 @@ def summarize(config: BenchConfig, per_engine: dict[str, list[dict[str, Any]]]) 
             },
             "answer": _answer_block(config, questions) if config.answer else None,
         }
+        schema = _schema_block(convs, questions)
+        if schema is not None:
+            engines[engine]["schema"] = schema
     return {
         "dataset": config.dataset,
         "data": str(config.data),
@@ -85,6 +88,37 @@ def summarize(config: BenchConfig, per_engine: dict[str, list[dict[str, Any]]]) 
         "answer_budget_tokens": config.answer_budget,
         "settings": config.settings,
         "engines": engines,
+    }
+
+
+def _schema_block(convs: list[dict[str, Any]], questions: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """SCG-MEM's schema figures (issue 14): concepts, the share of candidate occurrences assimilated onto existing
+    concepts, and the structural hallucination rate (keys proposed as schema members that were not, over keys
+    proposed) at ingest and at query. None for engines without a schema."""
+    stats = [c.get("engine", {}) for c in convs]
+    if not stats or not all("keys_generated" in s for s in stats):
+        return None
+
+    def total(key: str) -> int:
+        return sum(int(s.get(key, 0)) for s in stats)
+
+    placed = total("assimilated") + total("accommodated")
+    generated = sum(q.get("keys_generated", 0) for q in questions)
+    outside = sum(q.get("keys_outside", 0) for q in questions)
+    return {
+        "concepts": total("concepts"),
+        "concepts_per_conversation": total("concepts") / len(stats),
+        "assimilated": total("assimilated"),
+        "accommodated": total("accommodated"),
+        "assimilated_share": total("assimilated") / placed if placed else math.nan,
+        "rejected": total("rejected"),
+        "llm_fallbacks": total("fallbacks"),
+        "ingest_keys_generated": total("keys_generated"),
+        "ingest_hallucination_rate": total("keys_outside") / total("keys_generated")
+        if total("keys_generated")
+        else 0.0,
+        "query_keys_generated": generated,
+        "query_hallucination_rate": outside / generated if generated else 0.0,
     }
 
 
@@ -174,6 +208,14 @@ def write_report(config: BenchConfig, results: dict[str, Any]) -> None:
     lines += ["", "## Cost", "", "| engine | " + " | ".join(cost_cols) + " |", "|---|" + "---:|" * len(cost_cols)]
     for name, e in engines.items():
         lines.append(f"| `{name}` | " + " | ".join(_fmt(float(e["cost"][c])) for c in cost_cols) + " |")
+    schemas = {name: e["schema"] for name, e in engines.items() if e.get("schema")}
+    if schemas:
+        cols = ["concepts_per_conversation", "assimilated_share", "ingest_hallucination_rate",
+                "query_hallucination_rate", "llm_fallbacks"]  # fmt: skip
+        lines += ["", "## Concept schema (SCG-MEM)", "", "| engine | " + " | ".join(cols) + " |",
+                  "|---|" + "---:|" * len(cols)]  # fmt: skip
+        for name, block in schemas.items():
+            lines.append(f"| `{name}` | " + " | ".join(_fmt(float(block[c])) for c in cols) + " |")
     if config.answer:
         lines += [
             "",

@@ -104,6 +104,10 @@ def run_conversation(
             record[f"recall@{k}"] = evidence_recall(ranked, q.evidence, k)
         record["recall@budget"] = evidence_recall(packed, q.evidence)
         record["ndcg@10"] = ndcg(ranked, q.evidence, 10)
+        keys = result.hits[0].detail.get("concepts") if result.hits else None
+        if isinstance(keys, dict) and "keys_generated" in keys:  # SCG-MEM: seed keys proposed / outside the schema
+            record["keys_generated"] = int(keys["keys_generated"])
+            record["keys_outside"] = int(keys["keys_outside"])
         if q.evidence_sessions:
             sessions = [[t.rsplit(":", 1)[0] for t in ids] for ids in ranked]
             for k in (1, 5, 10):

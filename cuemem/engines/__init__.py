@@ -9,6 +9,8 @@ from importlib.metadata import entry_points
 from ..errors import UnknownEngineError
 from .base import Engine, EngineContext
 from .baselines import BM25Engine, DenseEngine, FullContext, HybridEngine
+from .scg import VARIANTS as SCG_VARIANTS
+from .scg import variant as scg_variant
 from .stitch import VARIANTS as STITCH_VARIANTS
 from .stitch import variant as stitch_variant
 
@@ -20,6 +22,7 @@ BUILTIN: dict[str, Callable[[], Engine]] = {
     "dense": DenseEngine,
     "hybrid": HybridEngine,
     **{name: partial(stitch_variant, name) for name in STITCH_VARIANTS},
+    **{name: partial(scg_variant, name) for name in SCG_VARIANTS},
 }
 
 
