@@ -28,6 +28,7 @@ from .state import ScgConfig, ScgState
 log = logging.getLogger(__name__)
 
 NEW_CONCEPT = "(new concept)"
+FIELD_ECHOES = frozenset(("concept", "another", "key concept", "new concept", "concepts"))
 Embed = Callable[[list[str]], np.ndarray]
 
 
@@ -159,7 +160,7 @@ class ModelAssimilator(TextAssimilator):
         keys = []
         for proposal in (reply.concept, reply.another):
             key = normalise_concept(proposal)
-            if key is None:
+            if key is None or key in FIELD_ECHOES:  # a small model may echo the field's name as its value
                 state.rejected += int(bool(proposal.strip()))
                 continue
             keys.append(key)

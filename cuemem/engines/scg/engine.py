@@ -135,7 +135,7 @@ class ScgEngine:
         with store.transaction():
             state = self.state(ctx)
             schema = self.load_schema(ctx) if len(known) != state.concepts else known
-            vectors = {**{c.key: v for c, v in _known_vectors(schema, found)}, **phrase}
+            vectors = phrase  # keys already in the schema at the start of the batch need none
             grounded = []
             for turn, text, concepts, vector in zip(turns, words, found, doc_vectors, strict=True):
                 grounded.append(assimilator.ground(schema, state, concepts, vectors, f"{turn.speaker}: {text}", vector))
@@ -325,21 +325,6 @@ class ScgEngine:
         for hit in hits:
             hit.detail = {**hit.detail, **detail, "concepts": keys}
         return hits
-
-
-def _known_vectors(schema: Schema, found: Sequence[Any]) -> list[tuple[Candidate, np.ndarray]]:
-    """Vectors of candidates that are already concepts (from the schema's matrix), so none is embedded twice."""
-    out: list[tuple[Candidate, np.ndarray]] = []
-    matrix = schema.vectors.matrix() if len(schema.vectors) else None
-    if matrix is None:
-        return out
-    where = {key: row for row, key in enumerate(schema.vectors.keys)}
-    for f in found:
-        for cand in f.candidates:
-            position = schema.keys.get(cand.key)
-            if position is not None and position in where:
-                out.append((cand, matrix[where[position]]))
-    return out
 
 
 VARIANTS: dict[str, ScgConfig] = {

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...store.vectors import DenseIndex
+from ...store.vectors import top_k
 
 
 @dataclass
@@ -25,7 +25,9 @@ class Schema:
 
     keys: dict[str, int] = field(default_factory=dict)  # concept key -> position
     lemmas: dict[str, str] = field(default_factory=dict)  # lemma form -> concept key (the first with that form)
-    vectors: DenseIndex = field(default_factory=DenseIndex)  # keyed by position
+    _names: list[str] = field(default_factory=list)
+    _matrix: np.ndarray | None = None  # unit vectors by row, grown by doubling (a search never copies them)
+    _rows: list[int] = field(default_factory=list)  # row -> position of its concept
 
     def __contains__(self, key: object) -> bool:
         return key in self.keys
@@ -34,17 +36,26 @@ class Schema:
         return len(self.keys)
 
     def names(self) -> list[str]:
-        return list(self.keys)
+        return list(self._names)
 
     def add(self, key: str, lemma: str, vector: np.ndarray | None) -> None:
         if key in self.keys:
             return
         position = len(self.keys)
         self.keys[key] = position
+        self._names.append(key)
         self.lemmas.setdefault(lemma, key)
         self.lemmas.setdefault(key, key)
         if vector is not None:
-            self.vectors.add(position, vector)
+            vec = np.asarray(vector, dtype=np.float32).reshape(-1)
+            if self._matrix is None:
+                self._matrix = np.zeros((64, vec.shape[0]), dtype=np.float32)
+            if vec.shape[0] != self._matrix.shape[1]:
+                raise ValueError(f"concept vector of dimension {vec.shape[0]}, schema of {self._matrix.shape[1]}")
+            if len(self._rows) == len(self._matrix):
+                self._matrix = np.concatenate([self._matrix, np.zeros_like(self._matrix)])
+            self._matrix[len(self._rows)] = vec
+            self._rows.append(position)
 
     def lookup(self, key: str, lemma: str) -> str | None:
         """The concept a candidate names by string: its key, or a concept with the same lemma form."""
@@ -53,11 +64,12 @@ class Schema:
         return self.lemmas.get(lemma) or self.lemmas.get(key)
 
     def nearest(self, vector: np.ndarray, k: int = 1) -> list[tuple[str, float]]:
-        """The k concepts nearest a vector, with their cosine."""
-        if len(self.vectors) == 0:
+        """The k concepts nearest a vector, with their cosine (vectors are unit length)."""
+        if self._matrix is None or not self._rows or k <= 0:
             return []
-        names = self.names()
-        return [(names[p], s) for p, s in self.vectors.search(vector, k)]
+        scores = self._matrix[: len(self._rows)] @ np.asarray(vector, dtype=np.float32).reshape(-1)
+        return [(self._names[self._rows[i]], s) for i, s in top_k(scores, k, list(range(len(self._rows))),
+                                                                   positive_only=False)]  # fmt: skip
 
 
 __all__ = ["Schema"]
