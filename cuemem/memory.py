@@ -161,7 +161,8 @@ class Memory:
             return 0
         self.store.declare(_spec(engine))
         ctx = self._context(ns, namespace, progress)
-        size = MODEL_BATCH if getattr(engine, "uses_llm", False) else INGEST_BATCH
+        uses_llm = getattr(engine, "uses_llm", False)
+        size = MODEL_BATCH if uses_llm else INGEST_BATCH
         prepare = getattr(engine, "prepare", None)
         done = 0
         while True:
@@ -170,7 +171,8 @@ class Memory:
                 if not ahead:
                     return done
                 prepare(ctx, ahead)
-            with self.store.transaction():
+            # model calls made while indexing count as "ingest", whether turns arrive by add or are caught up
+            with self.store.transaction(), self.llm.stage("ingest") if uses_llm else nullcontext():
                 batch = list(self.store.iter_turns(ns, after_seq=self.store.watermark(ns, key), limit=size))
                 if batch:
                     engine.ingest(ctx, batch)
@@ -350,7 +352,11 @@ class Memory:
         start = time.perf_counter()
         ctx = self._context(ns, namespace)
         ctx.now = now
-        hits = chosen.retrieve(ctx, query, k, budget_tokens)
+        # model calls of a retrieval (seeding, labelling the question) count as "query"; a memory whose engine
+        # calls no model never creates a client here
+        uses_llm = self._llm is not None or getattr(chosen, "uses_llm", False)
+        with self.llm.stage("query") if uses_llm else nullcontext():
+            hits = chosen.retrieve(ctx, query, k, budget_tokens)
         hits = pack(hits, budget_tokens)
         return Retrieval(
             query=query,

@@ -273,6 +273,8 @@ def test_model_mode_assimilates_and_accommodates_with_a_scripted_model(make_memo
     assert stats["rejected"] > 0 and stats["accommodated"] == len(concepts)  # ... and counted
     assert stats["assimilated"] > 0 and stats["keys_outside"] == 0 and stats["fallbacks"] == 0
     assert sum(bool(keys) for keys in links.values()) >= 4  # a turn whose proposals were all garbage has none
+    memory.search("adoption agency", user_id="u", k=3)  # seeds are a constrained choice: counted as query calls
+    assert memory.llm.stats()["query"]["calls"] == 1 and memory.llm.stats()["ingest"]["calls"] >= 6
 
 
 def test_model_mode_falls_back_when_the_model_is_down(make_memory) -> None:

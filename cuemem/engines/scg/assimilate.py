@@ -5,7 +5,7 @@ keyphrases) are matched onto existing concepts by normalised string, lemma form,
 `assimilate_threshold` (assimilation); the rest become new concepts (accommodation).
 
 Model mode (`ModelAssimilator`): constrained beam search over a shortlist of the schema's keys plus a reserved
-"(new concept)" option proposes existing concepts; if "(new concept)" wins, or no proposal scores at or above
+"none of these" option proposes existing concepts; if "none of these" wins, or no proposal scores at or above
 `accept_logprob`, the model proposes new concepts freely (JSON), each validated (`normalise_concept`), deduplicated
 against the schema by string and embedding, and inserted. A model that fails or garbles its answer leaves the turn
 to the model-free candidates (counted as a fallback), so ingestion never stops on a model error.
@@ -27,8 +27,11 @@ from .state import ScgConfig, ScgState
 
 log = logging.getLogger(__name__)
 
-NEW_CONCEPT = "(new concept)"
-FIELD_ECHOES = frozenset(("concept", "another", "key concept", "new concept", "concepts"))
+NEW_CONCEPT = "none of these"  # worded as a model would say it: "(new concept)" scored 15 nats below any key
+# Words of the prompt and the JSON fields that a small model echoes back as a concept (Qwen 0.5B proposed
+# "message" and "conversation" for the first turn, then assimilated every later turn onto them).
+FIELD_ECHOES = frozenset(("concept", "concepts", "another", "key concept", "key concepts", "new concept", "message",
+                          "conversation", "index", "noun phrase", "noun phrases", "none", NEW_CONCEPT))  # fmt: skip
 Embed = Callable[[list[str]], np.ndarray]
 
 
@@ -97,8 +100,10 @@ class NewConcepts(BaseModel):
 
 def _turn_messages(text: str, question: str) -> list[dict[str, str]]:
     return [
-        {"role": "system", "content": "You index a conversation by its key concepts: short noun phrases such as"
-                                      " 'marathon', 'apollo hotel', 'adoption agency'."},
+        # no example concepts here: a small model proposes the examples themselves as concepts of any message
+        {"role": "system", "content": "You index a conversation by its key concepts: short noun phrases (one to"
+                                      " three words) naming the people, places, things, activities and topics"
+                                      " a message is about."},
         {"role": "user", "content": f"Message: {text[:1200]}\n\n{question}"},
     ]  # fmt: skip
 
@@ -115,7 +120,7 @@ class ModelAssimilator(TextAssimilator):
         """The schema keys offered to the model: those the text names by string, then the nearest by embedding."""
         named = [k for k in (schema.lookup(c.key, c.lemma) for c in found.candidates) if k is not None]
         near = [k for k, _ in schema.nearest(turn_vector, self.config.shortlist)]
-        return list(dict.fromkeys(named + near))[: self.config.shortlist]
+        return [k for k in dict.fromkeys(named + near) if k != NEW_CONCEPT][: self.config.shortlist]
 
     def ground(self, schema: Schema, state: ScgState, found: TextConcepts, vectors: dict[str, np.ndarray],
                text: str, turn_vector: np.ndarray) -> Grounding:  # fmt: skip
@@ -131,7 +136,7 @@ class ModelAssimilator(TextAssimilator):
                 )  # fmt: skip
                 for choice in chosen:
                     if choice.option == NEW_CONCEPT:
-                        break  # every option below "(new concept)" fits worse than a new concept would
+                        break  # every option below "none of these" fits worse than a new concept would
                     if choice.logprob is not None and choice.logprob < cfg.accept_logprob:
                         continue
                     state.keys_generated += 1
