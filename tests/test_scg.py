@@ -154,6 +154,9 @@ def test_a_restart_continues_with_the_same_schema_and_graph(tmp_path: Path) -> N
         memory.add(TALK, user_id="u")
         assert restarted == memory.derived_state(user_id="u")
         assert hits == [h.turn_ids for h in memory.search("pottery bowls", user_id="u", k=3).hits]
+        memory.reindex(user_id="u")  # the schema and graph rebuilt from the log are the same
+        assert hits == [h.turn_ids for h in memory.search("pottery bowls", user_id="u", k=3).hits]
+        assert restarted == memory.derived_state(user_id="u")
 
 
 def test_delete_removes_links_counts_and_orphaned_concepts(make_memory) -> None:

@@ -85,7 +85,7 @@ def load_spacy() -> Any:
         return spacy.load(SPACY_MODEL, exclude=["textcat"])
     except (ImportError, OSError) as exc:
         raise CuememError(
-            f"engine 'stitch' needs spaCy and {SPACY_MODEL}: pip install 'cuemem[local]' ({exc})"
+            f"engines 'stitch' and 'scg' need spaCy and {SPACY_MODEL}: pip install 'cuemem[local]' ({exc})"
         ) from exc
 
 
