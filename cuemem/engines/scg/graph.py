@@ -68,15 +68,15 @@ class AssociativeGraph:
         """P(v|u) = softmax over u's neighbours of w_uv / T (rows with no neighbour stay empty)."""
         w = self.weights()
         w.eliminate_zeros()  # an edge between two concepts present in every turn weighs 0 (IDF 0): no edge
-        out = w.copy().astype(np.float64)
-        t = max(float(temperature), 1e-6)
-        for u in range(out.shape[0]):
-            start, end = out.indptr[u], out.indptr[u + 1]
-            if start == end:
-                continue
-            z = out.data[start:end] / t
-            z = np.exp(z - z.max())
-            out.data[start:end] = z / z.sum()
+        out = w.astype(np.float64).tocsr()
+        out.sort_indices()
+        counts = np.diff(out.indptr)
+        if out.nnz == 0:
+            return out
+        starts = out.indptr[:-1][counts > 0]  # rows with neighbours partition the data array, in order
+        z = out.data / max(float(temperature), 1e-6)
+        z = np.exp(z - np.repeat(np.maximum.reduceat(z, starts), counts[counts > 0]))
+        out.data = z / np.repeat(np.add.reduceat(z, starts), counts[counts > 0])
         return out
 
 
