@@ -108,6 +108,20 @@ def test_idf_and_weights_match_a_hand_computed_example() -> None:
     assert hot[graph.index["b"], graph.index["a"]] == pytest.approx(0.5, abs=0.01)  # a high T flattens
 
 
+def test_transition_rows_are_the_softmax_of_their_weights() -> None:
+    rng = np.random.default_rng(0)
+    links = [(t, f"c{c}") for t in range(300) for c in rng.choice(200, size=6, replace=False)]
+    graph = AssociativeGraph.build(links)
+    weights, p = graph.weights().toarray(), graph.transition(7.0).toarray()
+    for u in range(len(graph.concepts)):
+        neighbours = np.flatnonzero(weights[u])
+        if len(neighbours):
+            z = np.exp((weights[u, neighbours] - weights[u, neighbours].max()) / 7.0)
+            assert np.allclose(p[u, neighbours], z / z.sum()) and p[u].sum() == pytest.approx(1.0)
+        else:
+            assert not p[u].any()
+
+
 def test_spreading_activation_by_hops() -> None:
     graph = AssociativeGraph.build([(1, "a"), (1, "b"), (2, "b"), (2, "c"), (3, "d"), (4, "e")])
     p = graph.transition(1.0)
