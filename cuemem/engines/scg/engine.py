@@ -240,6 +240,8 @@ class ScgEngine:
         named = [k for k in (schema.lookup(c.key, c.lemma) for c in candidates) if k is not None]
         near = [k for k, _ in schema.nearest(query_vector, cfg.shortlist)]
         options = list(dict.fromkeys(named + near))[: cfg.shortlist]
+        if not options:  # concepts without vectors and none named: nothing to choose among
+            return Seeds({})
         chosen = ctx.llm.choose(_turn_messages(query, "Which concept of the index is this question about?"),
                                 options, k=min(cfg.beam, len(options)), beam=cfg.beam)  # fmt: skip
         weights: dict[str, float] = {}
