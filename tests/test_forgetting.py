@@ -232,7 +232,7 @@ def test_the_model_call_cache_forgets_deleted_turns(tmp_path: Path, deletion: st
             assert not leaks, f"a deleted turn's text is still in the files after a checkpoint: {leaks}"
 
 
-@pytest.mark.parametrize("engine", ["hybrid", "stitch"])
+@pytest.mark.parametrize("engine", ["hybrid", "stitch", "scg"])
 def test_a_deleted_persons_name_leaves_the_structure_too(tmp_path: Path, engine: str, request):
     """Issue 13: names a turn mentions become fields of its item and enter the namespace's people index (names
     clustered into people, matched against questions). Deleting the turn must take the name out of all of it."""
@@ -255,4 +255,8 @@ def test_a_deleted_persons_name_leaves_the_structure_too(tmp_path: Path, engine:
         ns = memory.store.namespace_id(Namespace("alice"))
         tables = [v for (n, _), (_, v) in memory.indexes._views.items() if n == ns and hasattr(v, "by_form")]
         assert tables and all(name.lower() not in t.by_form and name not in t.people.people() for t in tables)
+        # scg: the name was a concept of the schema and a vertex of the graph; the rebuilt view has neither
+        recalls = [v for (n, _), (_, v) in memory.indexes._views.items() if n == ns and hasattr(v, "graph")]
+        assert (engine == "scg") == bool(recalls)
+        assert all(name.lower() not in v.schema and name.lower() not in v.graph.index for v in recalls)
         assert_forgotten(memory, backend, tmp_path, name, "Who moved to Porto?")  # (the prompt must not name them)

@@ -108,6 +108,14 @@ class EngineContext:
         ]
 
 
+def variant_name(name: str, overrides: dict[str, object]) -> str:
+    """The name of a registered variant run with config overrides, recording them (e.g. "stitch[k_update=100]"),
+    so its derived state and watermarks never mix with those of the registered variant in the same store."""
+    if not overrides:
+        return name
+    return name + "[" + ",".join(f"{k}={v}" for k, v in sorted(overrides.items())) + "]"
+
+
 @runtime_checkable
 class Engine(Protocol):
     """`ingest` must be idempotent (re-ingesting a turn changes nothing) and a function of the log alone (the

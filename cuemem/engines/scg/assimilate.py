@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from pydantic import BaseModel
 
-from ...llm.base import LLMError, LLMUnavailableError
+from ...llm.base import LLMError
 from .concepts import Candidate, TextConcepts, normalise_concept
 from .schema import Schema
 from .state import ScgConfig, ScgState
@@ -98,7 +98,7 @@ class NewConcepts(BaseModel):
     another: str = ""
 
 
-def _turn_messages(text: str, question: str) -> list[dict[str, str]]:
+def concept_messages(text: str, question: str) -> list[dict[str, str]]:
     return [
         # no example concepts here: a small model proposes the examples themselves as concepts of any message
         {"role": "system", "content": "You index a conversation by its key concepts: short noun phrases (one to"
@@ -131,7 +131,7 @@ class ModelAssimilator(TextAssimilator):
             options = self.shortlist(schema, found, turn_vector) if len(schema) else []
             if options:
                 chosen = self.llm.choose(  # type: ignore[attr-defined]
-                    _turn_messages(text, "Which concept of the index does this message mention?"),
+                    concept_messages(text, "Which concept of the index does this message mention?"),
                     [*options, NEW_CONCEPT], k=min(cfg.beam, len(options) + 1), beam=cfg.beam,
                 )  # fmt: skip
                 for choice in chosen:
@@ -150,7 +150,7 @@ class ModelAssimilator(TextAssimilator):
             if not fits:
                 self.accommodate(schema, state, text, out)
             return out
-        except (LLMError, LLMUnavailableError) as exc:
+        except LLMError as exc:  # down, or an answer that stayed invalid after retries
             self.fallbacks += 1
             state.fallbacks += 1
             log.debug("model-mode grounding fell back to model-free candidates: %s", exc)
@@ -159,7 +159,7 @@ class ModelAssimilator(TextAssimilator):
     def accommodate(self, schema: Schema, state: ScgState, text: str, out: Grounding) -> None:
         """Free proposals, each validated, deduplicated by string and embedding, then inserted."""
         reply = self.llm.json(  # type: ignore[attr-defined]
-            _turn_messages(text, "Name the one or two key concepts of this message (short noun phrases)."),
+            concept_messages(text, "Name the one or two key concepts of this message (short noun phrases)."),
             NewConcepts, max_tokens=12,
         )  # fmt: skip
         keys = []
@@ -176,4 +176,4 @@ class ModelAssimilator(TextAssimilator):
         out.keys += [k for k in placed.keys if k not in out.keys]
 
 
-__all__ = ["NEW_CONCEPT", "Grounding", "ModelAssimilator", "NewConcepts", "TextAssimilator"]
+__all__ = ["NEW_CONCEPT", "Grounding", "ModelAssimilator", "NewConcepts", "TextAssimilator", "concept_messages"]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...index.text import STOPWORDS
+from ..stitch.analysis import LIGHT_VERBS as STITCH_LIGHT_VERBS
 from ..stitch.analysis import load_spacy
 
 MAX_WORDS = 4
@@ -39,11 +40,10 @@ ENTITY_LABELS = frozenset(("PERSON", "GPE", "LOC", "FAC", "ORG", "NORP", "WORK_O
                            "LANGUAGE"))  # fmt: skip
 KEY_POS = frozenset(("NOUN", "PROPN"))
 PHRASE_POS = frozenset(("NOUN", "PROPN", "ADJ", "NUM", "DET", "PRON"))  # DET / PRON: stripped when leading
-# Verbs too general to be a concept (their lemma would link every turn).
-LIGHT_VERBS = frozenset(
-    "be have do get go make say think know feel want let see like tell come take look love need try mean hope"  # noqa: SIM905
-    " sound seem keep give put find use guess wish".split()
-)  # fmt: skip
+# Verbs too general to be a concept (their lemma would link every turn): STITCH's light verbs and a few more.
+LIGHT_VERBS = STITCH_LIGHT_VERBS | frozenset(
+    "look love need try mean hope sound seem keep give put find use guess wish".split()  # noqa: SIM905
+)
 
 
 def normalise_concept(text: str) -> str | None:
@@ -82,10 +82,6 @@ class Candidate:
 @dataclass
 class TextConcepts:
     candidates: list[Candidate] = field(default_factory=list)
-
-    @property
-    def keys(self) -> list[str]:
-        return [c.key for c in self.candidates]
 
 
 def _lemma_form(tokens: Sequence[Any]) -> str | None:

@@ -22,11 +22,11 @@ from ...index.fusion import reciprocal_rank_fusion
 from ...llm.base import LLMError
 from ...store.base import DerivedSpec, NewItem, text_hash
 from ...types import Hit, Turn
-from ..base import EngineContext
+from ..base import EngineContext, variant_name
 from ..baselines import prepare_embeddings, turn_document, turn_words
 from ..refine import refine, turn_table
 from ..structure import hit_text, turn_fields, with_header_tokens
-from .assimilate import NEW_CONCEPT, ModelAssimilator, TextAssimilator, _turn_messages
+from .assimilate import NEW_CONCEPT, ModelAssimilator, TextAssimilator, concept_messages
 from .concepts import Candidate, extract_concepts
 from .graph import AssociativeGraph, spread_activation, top_concepts
 from .schema import Schema
@@ -42,7 +42,6 @@ class Recall:
     schema: Schema
     graph: AssociativeGraph
     transition: sparse.csr_matrix
-    position: dict[int, int]  # turn item id -> row of the incidence matrix
 
 
 @dataclass
@@ -187,8 +186,7 @@ class ScgEngine:
                      if kind == "concept"]  # fmt: skip
             schema = self.load_schema(ctx)
             graph = AssociativeGraph.build(links)
-            view = Recall(schema, graph, graph.transition(self.config.temperature),
-                          {item: row for row, item in enumerate(graph.turns)})  # fmt: skip
+            view = Recall(schema, graph, graph.transition(self.config.temperature))
             ctx.indexes.keep_view(ns, name, version, view)
             return view
 
@@ -242,7 +240,7 @@ class ScgEngine:
         options = list(dict.fromkeys(named + near))[: cfg.shortlist]
         if not options:  # concepts without vectors and none named: nothing to choose among
             return Seeds({})
-        chosen = ctx.llm.choose(_turn_messages(query, "Which concept of the index is this question about?"),
+        chosen = ctx.llm.choose(concept_messages(query, "Which concept of the index is this question about?"),
                                 options, k=min(cfg.beam, len(options)), beam=cfg.beam)  # fmt: skip
         weights: dict[str, float] = {}
         top = max((c.logprob or 0.0) for c in chosen)
@@ -340,12 +338,9 @@ VARIANTS: dict[str, ScgConfig] = {
 
 
 def variant(name: str, **overrides: Any) -> ScgEngine:
-    """A named SCG-MEM variant (model-free default, model mode, the ablations). With overrides, the name records
-    them (e.g. "scg[temperature=5.0]"), so its derived state never mixes with the registered variant's."""
-    config = replace(VARIANTS[name], **overrides)
-    if overrides:
-        name += "[" + ",".join(f"{k}={v}" for k, v in sorted(overrides.items())) + "]"
-    return ScgEngine(config, name=name)
+    """A named SCG-MEM variant (model-free default, model mode, the ablations), under a name that records any
+    overrides (`variant_name`, e.g. "scg[temperature=5.0]")."""
+    return ScgEngine(replace(VARIANTS[name], **overrides), name=variant_name(name, overrides))
 
 
 __all__ = ["VARIANTS", "ScgConfig", "ScgEngine", "variant"]

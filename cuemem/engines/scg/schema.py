@@ -35,9 +35,6 @@ class Schema:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def names(self) -> list[str]:
-        return list(self._names)
-
     def add(self, key: str, lemma: str, vector: np.ndarray | None) -> None:
         if key in self.keys:
             return

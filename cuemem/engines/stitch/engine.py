@@ -21,7 +21,7 @@ import numpy as np
 from ...index.fusion import reciprocal_rank_fusion
 from ...store.base import DerivedSpec, NewItem
 from ...types import Hit, Turn
-from ..base import EngineContext
+from ..base import EngineContext, variant_name
 from ..baselines import prepare_embeddings, turn_document, turn_words
 from ..refine import refine, turn_table
 from ..structure import hit_text, turn_fields, with_header_tokens
@@ -327,13 +327,9 @@ VARIANTS: dict[str, StitchConfig] = {
 
 
 def variant(name: str, **overrides: Any) -> StitchEngine:
-    """A named STITCH variant (model-free default, model mode, strict ranking, the four ablations). With
-    overrides, the name records them (e.g. "stitch[k_update=100]"), so its derived state and watermarks never
-    mix with those of the registered variant in the same store."""
-    config = replace(VARIANTS[name], **overrides)
-    if overrides:
-        name += "[" + ",".join(f"{k}={v}" for k, v in sorted(overrides.items())) + "]"
-    return StitchEngine(config, name=name)
+    """A named STITCH variant (model-free default, model mode, strict ranking, the four ablations), under a name
+    that records any overrides (`variant_name`)."""
+    return StitchEngine(replace(VARIANTS[name], **overrides), name=variant_name(name, overrides))
 
 
 __all__ = ["VARIANTS", "StitchConfig", "StitchEngine", "canonical_summary", "variant"]
