@@ -62,18 +62,21 @@ def _block_date(hit: Hit) -> tuple[int, str]:
 
 
 def read(client: LLMClient, question: str, retrieval: Retrieval, *, max_tokens: int = 32, cite: int = 2,
-         margin: float = 2.0, now: str | None = None, abstain: str = ABSTAIN) -> Answer:  # fmt: skip
+         margin: float = 2.0, now: str | None = None, abstain: str = ABSTAIN,
+         notes: Sequence[str] = ()) -> Answer:  # fmt: skip
     """Answer from the packed hits, then choose up to `cite` supporting ids among those in the context (a second
     one only if its log-probability is within `margin` of the first). `now` is the date the question is asked
     (LongMemEval's question date), which "how long ago" questions need; `abstain` is the reply when the excerpts
-    do not say (a benchmark passes its own, e.g. LoCoMo's "Not mentioned in the conversation.")."""
+    do not say (a benchmark passes its own, e.g. LoCoMo's "Not mentioned in the conversation."); `notes` are lines
+    shown after the excerpts (E-mem's master: the assistants' findings, which statement revises which)."""
     if not retrieval.hits:
-        return Answer(f"{abstain} (Nothing relevant is in memory.)", [], retrieval)
+        return Answer(f"{abstain} (Nothing relevant is in memory.)", [], retrieval, list(notes))
     block, ids = context_block(retrieval.hits)
     when = f"Today is {now}.\n" if now else ""
+    noted = "Notes:\n" + "\n".join(f"- {n}" for n in notes) + "\n\n" if notes else ""
     messages = [
         {"role": "system", "content": system_prompt(abstain)},
-        {"role": "user", "content": f"Excerpts:\n{block}\n\n{when}Question: {question}"},
+        {"role": "user", "content": f"Excerpts:\n{block}\n\n{noted}{when}Question: {question}"},
     ]
     text = client.chat(messages, max_tokens=max_tokens).text.strip()
     text = text.split("\n")[0].strip() or abstain  # small models run on past the answer
@@ -82,9 +85,9 @@ def read(client: LLMClient, question: str, retrieval: Retrieval, *, max_tokens: 
     try:
         chosen = client.choose(asked, ids, k=min(cite, len(ids)))
     except LLMError:
-        return Answer(text, [], retrieval)  # the answer stands; it just cites nothing
+        return Answer(text, [], retrieval, list(notes))  # the answer stands; it just cites nothing
     best = chosen[0].logprob
     if best is None:  # the backend reports no log-probabilities: cite its first choice only
-        return Answer(text, [chosen[0].option], retrieval)
+        return Answer(text, [chosen[0].option], retrieval, list(notes))
     cited = [c.option for c in chosen if c.logprob is not None and c.logprob >= best - margin]
-    return Answer(text, cited, retrieval)
+    return Answer(text, cited, retrieval, list(notes))

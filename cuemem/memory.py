@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -395,9 +395,24 @@ class Memory:
             engine=engine,
             now=now,
         )
-        client = self.llm_for(self.store.namespace_id(Namespace(user_id, agent_id, run_id)))
+        return self.read(question, retrieval, budget_tokens=budget, now=now, abstain=abstain)
+
+    def read(self, question: str, retrieval: Retrieval, *, budget_tokens: int | None = None, now: str | None = None,
+             abstain: str | None = None) -> Answer:  # fmt: skip
+        """Answer from a retrieval already made (its hits packed into `budget_tokens`): through the engine's own
+        answering step where it has one (`episodic`'s master), else the reader. Model calls count as "query"."""
+        ns = self.store.namespace_id(retrieval.namespace)
+        client = self.llm_for(ns)
+        engine = self.engine if retrieval.engine in ("", self.engine.name) else self._engine(retrieval.engine)
+        abstain = ABSTAIN if abstain is None else abstain
         with client.stage("query"):
-            return read(client, question, retrieval, now=now, abstain=ABSTAIN if abstain is None else abstain)
+            own = getattr(engine, "answer", None)
+            if callable(own):
+                ctx = self._context(ns, retrieval.namespace)
+                ctx.now = now
+                return own(ctx, client, question, retrieval, budget_tokens=budget_tokens, now=now, abstain=abstain)
+            packed = replace(retrieval, hits=pack(retrieval.hits, budget_tokens), budget_tokens=budget_tokens)
+            return read(client, question, packed, now=now, abstain=abstain)
 
     def get(self, turn_id: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> Turn:
         ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))

@@ -141,3 +141,4 @@ class Answer:
     text: str
     cited_turn_ids: list[str]
     retrieval: Retrieval | None = None
+    notes: list[str] = field(default_factory=list)  # what the answering step says about its evidence (E-mem's master)

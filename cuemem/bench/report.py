@@ -141,7 +141,16 @@ def _answer_block(config: BenchConfig, questions: list[dict[str, Any]]) -> dict[
         "bleu1": mean([q["bleu1"] for q in main]),
         "questions": len(main),
         "reader_seconds_per_question": mean([q["answer_ms"] / 1000 for q in questions if "answer_ms" in q]),
+        # model tokens a question costs (search + answer, counted with the shipped tokenizer, cached calls
+        # included) and, for scale, the tokens of the whole conversation a full-context reader would read
+        "model_tokens_per_question": mean([q["model_tokens"] for q in questions if "model_tokens" in q]),
+        "conversation_tokens_per_question": mean(
+            [q["conversation_tokens"] for q in questions if "conversation_tokens" in q]
+        ),
     }
+    routed = [q["system"] for q in questions if "system" in q]
+    if routed:  # episodic: the share of questions answered on the fast path (System 1)
+        block["system1_share"] = mean([float(x == 1) for x in routed])
     judged = [q["judge"] for q in questions
               if "judge" in q and (config.dataset != "locomo" or q["category"] in {"1", "2", "3", "4"})]  # fmt: skip
     if judged:
@@ -222,8 +231,8 @@ def write_report(config: BenchConfig, results: dict[str, Any]) -> None:
             "## Answers",
             "",
             "| engine | questions | locomo_f1 (1-4) | cat 5 | set_f1 | bleu1 | judge accuracy | judged"
-            " | reader s/question | model tokens/question |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            " | answer s/question | model tokens/question | counted tokens/question | conversation tokens |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for name, e in engines.items():
             a = e["answer"]
@@ -231,7 +240,9 @@ def write_report(config: BenchConfig, results: dict[str, Any]) -> None:
                          f" | {_fmt(a.get('category_5_locomo_f1'))} | {_fmt(a['set_f1'])} | {_fmt(a['bleu1'])}"
                          f" | {_fmt(a.get('judge_accuracy'))} | {a.get('judged', 0)}"
                          f" | {_fmt(a.get('reader_seconds_per_question'))}"
-                         f" | {_fmt(float(e['cost'].get('llm_tokens_per_question', math.nan)))} |")  # fmt: skip
+                         f" | {_fmt(float(e['cost'].get('llm_tokens_per_question', math.nan)))}"
+                         f" | {_fmt(a.get('model_tokens_per_question'))}"
+                         f" | {_fmt(a.get('conversation_tokens_per_question'))} |")  # fmt: skip
     (out / "report.md").write_text("\n".join(lines) + "\n")
     _plots(out, engines)
 

@@ -15,13 +15,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..answer import read
 from ..config import Settings
 from ..embed import MatryoshkaEmbedder, make_embedder
 from ..embed.cached import CachedEmbedder
 from ..errors import UnknownNamespaceError
 from ..index.budget import pack, packed_tokens
-from ..llm import LLMClient, make_client
+from ..llm import LLMClient, Tally, make_client
 from ..memory import INGEST_BATCH, Memory
 from .datasets import Conversation, load_locomo, load_longmemeval, split_of
 from .judge import judge
@@ -82,12 +81,16 @@ def run_conversation(
             memory.add(conv.turns[i : i + INGEST_BATCH], user_id=user, on_error="skip")
     ingest_seconds = time.perf_counter() - start
     questions = []
+    # what reading the whole conversation once costs (speaker and words of every turn): full context's scale
+    whole = sum(memory.tokens.count_many([f"{t.speaker}: {t.text}" for t in conv.turns]))
     answer_budget = memory.settings.answer_budget if config.answer_budget is None else config.answer_budget
     for q in sample_questions(conv.questions, config.max_questions):
         # Fullcontext *is* the budget (everything that fits); every other engine ranks DEPTH hits, then packs.
         search_budget = config.budget if memory.engine.name == "fullcontext" else None
         start = time.perf_counter()
-        result = memory.search(q.text, user_id=user, k=DEPTH, budget_tokens=search_budget, now=q.date)
+        searched = Tally(memory.tokens.count)  # model tokens of the search itself (episodic-llm's assistants)
+        with memory.llm.tally(searched):
+            result = memory.search(q.text, user_id=user, k=DEPTH, budget_tokens=search_budget, now=q.date)
         latency = time.perf_counter() - start
         ranked = [h.turn_ids for h in result.hits]
         packed = [h.turn_ids for h in pack(result.hits, config.budget)]
@@ -100,6 +103,12 @@ def run_conversation(
             "context_tokens": packed_tokens(pack(result.hits, config.budget)),
             "top": ranked[:50],
         }
+        if searched.calls:
+            record["search_model"] = searched.as_dict()
+        episodic = result.hits[0].detail.get("episodic") if result.hits else None
+        if isinstance(episodic, dict):  # E-mem: which path answered, and how many windows took part
+            record["system"] = int(episodic.get("system", 2))
+            record["windows"] = len(result.hits[0].detail.get("routing", []))
         for k in KS:
             record[f"recall@{k}"] = evidence_recall(ranked, q.evidence, k)
         record["recall@budget"] = evidence_recall(packed, q.evidence)
@@ -113,12 +122,20 @@ def run_conversation(
             for k in (1, 5, 10):
                 record[f"session_recall@{k}"] = evidence_recall(sessions, q.evidence_sessions, k)
         if config.answer:  # the reader sees the same ranking, packed into the answer budget (no second search)
-            context = replace(result, hits=pack(result.hits, answer_budget), budget_tokens=answer_budget)
-            reader = memory.llm_for(memory.store.namespace_id(memory.namespace(user)))  # cached with the namespace
             started = time.perf_counter()
-            with reader.stage("query"):
-                reply = read(reader, q.text, context, now=q.date, abstain=ABSTAIN[config.dataset])
+            answered = Tally(memory.tokens.count)
+            with memory.llm.tally(answered):  # the engine's answering step (episodic: the master) or the reader
+                reply = memory.read(q.text, result, budget_tokens=answer_budget, now=q.date,
+                                    abstain=ABSTAIN[config.dataset])  # fmt: skip
             record["answer_ms"] = (time.perf_counter() - started) * 1000
+            record["answer_model"] = answered.as_dict()
+            record["conversation_tokens"] = whole
+            record["model_tokens"] = (
+                searched.prompt_tokens
+                + searched.completion_tokens
+                + answered.prompt_tokens
+                + answered.completion_tokens
+            )
             record["prediction"] = reply.text
             record["cited"] = reply.cited_turn_ids
             record["gold"] = q.answer

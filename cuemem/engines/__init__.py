@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from functools import partial
 from importlib.metadata import entry_points
@@ -9,6 +10,8 @@ from importlib.metadata import entry_points
 from ..errors import UnknownEngineError
 from .base import Engine, EngineContext
 from .baselines import BM25Engine, DenseEngine, FullContext, HybridEngine
+from .episodic import VARIANTS as EPISODIC_VARIANTS
+from .episodic import variant as episodic_variant
 from .scg import VARIANTS as SCG_VARIANTS
 from .scg import variant as scg_variant
 from .stitch import VARIANTS as STITCH_VARIANTS
@@ -23,6 +26,7 @@ BUILTIN: dict[str, Callable[[], Engine]] = {
     "hybrid": HybridEngine,
     **{name: partial(stitch_variant, name) for name in STITCH_VARIANTS},
     **{name: partial(scg_variant, name) for name in SCG_VARIANTS},
+    **{name: partial(episodic_variant, name) for name in EPISODIC_VARIANTS},
 }
 
 
@@ -33,8 +37,42 @@ def available_engines() -> dict[str, Callable[[], Engine]]:
     return engines
 
 
+FAMILIES: dict[str, Callable[..., Engine]] = {
+    **{name: partial(stitch_variant, name) for name in STITCH_VARIANTS},
+    **{name: partial(scg_variant, name) for name in SCG_VARIANTS},
+    **{name: partial(episodic_variant, name) for name in EPISODIC_VARIANTS},
+}
+
+
 def get_engine(name: str) -> Engine:
+    """The engine registered as `name`; "name[field=value,...]" is a built-in variant with fields of its config
+    replaced (typed like their defaults), e.g. "episodic[window=1024,max_windows=3]"."""
     engines = available_engines()
-    if name not in engines:
-        raise UnknownEngineError(f"unknown engine {name!r}; available: {', '.join(sorted(engines))}")
-    return engines[name]()
+    if name in engines:
+        return engines[name]()
+    base, _, rest = name.partition("[")
+    if rest.endswith("]") and base in FAMILIES:
+        return FAMILIES[base](**_overrides(base, rest[:-1]))
+    raise UnknownEngineError(f"unknown engine {name!r}; available: {', '.join(sorted(engines))}")
+
+
+def _overrides(base: str, spec: str) -> dict[str, object]:
+    """Typed config overrides from "field=value,..." (a bool field takes 1/0, true/false, yes/no)."""
+    config = getattr(FAMILIES[base](), "config", None)
+    known = {f.name: f for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else {}
+    out: dict[str, object] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or key not in known:
+            raise UnknownEngineError(f"engine {base!r} has no setting {key!r}; settings: {', '.join(sorted(known))}")
+        default = getattr(config, key)
+        try:
+            if isinstance(default, bool):
+                if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                    raise ValueError(value)
+                out[key] = value.lower() in ("1", "true", "yes")
+            else:
+                out[key] = type(default)(value)
+        except ValueError as exc:
+            raise UnknownEngineError(f"engine setting {key}={value!r} is not a {type(default).__name__}") from exc
+    return out

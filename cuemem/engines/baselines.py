@@ -38,9 +38,10 @@ def turn_document(turn: Turn, template: str = "{date}{speaker}: {text}") -> str:
     return template.format(date=date, speaker=turn.speaker, text=text, session=turn.session_id)
 
 
-def index_turns(ctx: EngineContext, turns: Sequence[Turn]) -> None:
-    """Write one item per turn into the shared "turn" space (existing items are kept)."""
-    existing = ctx.store.item_ids(ctx.ns, TURN_SPACE, [t.id for t in turns])
+def index_turns(ctx: EngineContext, turns: Sequence[Turn], space: str = TURN_SPACE) -> None:
+    """Write one item per turn (keyed by its id) into `space`, the baselines' shared "turn" space by default
+    (existing items are kept)."""
+    existing = ctx.store.item_ids(ctx.ns, space, [t.id for t in turns])
     turns = [t for t in turns if t.id not in existing]
     if not turns:
         return
@@ -54,7 +55,7 @@ def index_turns(ctx: EngineContext, turns: Sequence[Turn]) -> None:
     shown = [hit_text(w, m) for w, m in zip(words, metas, strict=True)]
     ctx.store.put_items(
         ctx.ns,
-        TURN_SPACE,
+        space,
         [
             NewItem(t.id, w, meta, [t.seq] if t.seq is not None else [], tokens)
             for t, w, meta, tokens in zip(turns, words, metas, ctx.tokens.count_many(shown), strict=True)

@@ -10,7 +10,7 @@ from ..config import Settings
 from ..errors import CuememError
 from ..store.caches import FileCallCache
 from .base import Backend, ChatResult, Choice, LLMError, LLMOutputError, LLMUnavailableError, Usage
-from .client import CallCache, LLMClient
+from .client import CallCache, LLMClient, Tally
 from .llamacpp import LlamaCppBackend
 from .local import LocalBackend
 from .openai import OpenAIBackend
@@ -28,6 +28,7 @@ __all__ = [
     "LlamaCppBackend",
     "LocalBackend",
     "OpenAIBackend",
+    "Tally",
     "Usage",
     "make_client",
 ]

@@ -44,6 +44,40 @@ class StageStats:
     seconds: float = 0.0
 
 
+@dataclass
+class Tally:
+    """Tokens a piece of work sends to models, counted by one tokenizer over every call's text (cached calls
+    included), so a question's cost is the same on every backend and on a rerun (E-mem's tokens per query)."""
+
+    counter: Callable[[str], int]
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def add(self, method: str, request: dict[str, Any], response: Any) -> None:
+        prompt = "\n".join(m.get("content", "") for m in request.get("messages", []))
+        if method == "chat":
+            completion = str(response.get("text", "")) if isinstance(response, dict) else ""
+        elif method == "choose":
+            completion = " ".join(str(o) for o, _ in response)
+        elif method == "json":
+            completion = str(response)
+        else:  # score: continuations are read, not generated
+            prompt += "\n" + "\n".join(request.get("continuations", []))
+            completion = ""
+        p, c = self.counter(prompt), self.counter(completion) if completion else 0
+        with self._lock:
+            self.calls += 1
+            self.prompt_tokens += p
+            self.completion_tokens += c
+
+    def as_dict(self) -> dict[str, int]:
+        return {"calls": self.calls, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
+
+
 @runtime_checkable
 class CallCache(Protocol):
     """Where a client remembers answered calls; `request` and `response` are JSON-able objects."""
@@ -112,6 +146,21 @@ class LLMClient:
         finally:
             self._local.stage = previous
 
+    @contextmanager
+    def tally(self, tally: Tally) -> Iterator[Tally]:
+        """Add every call made inside this block (on this thread) to `tally`; threads a piece of work spawns
+        enter the same tally themselves (`episodic`'s assistants do)."""
+        previous = getattr(self._local, "tally", None)
+        self._local.tally = tally
+        try:
+            yield tally
+        finally:
+            self._local.tally = previous
+
+    @property
+    def current_tally(self) -> Tally | None:
+        return getattr(self._local, "tally", None)
+
     @property
     def current_stage(self) -> str:
         return getattr(self._local, "stage", "other")
@@ -130,6 +179,11 @@ class LLMClient:
                 s.completion_tokens += usage.completion_tokens
                 s.seconds += seconds
 
+    def _tally(self, method: str, request: dict[str, Any], response: Any) -> None:
+        tally = getattr(self._local, "tally", None)
+        if tally is not None:
+            tally.add(method, request, response)
+
     def _call(self, method: str, request: dict[str, Any], run: Callable[[], tuple[Any, Usage]]) -> Any:
         """Answer from the cache, or run the backend and remember the result."""
         cache = self.cache
@@ -138,6 +192,7 @@ class LLMClient:
             hit = cache.get(key)
             if hit is not None:
                 self._count(Usage(), 0.0, cached=True)
+                self._tally(method, request, hit)
                 return hit
         start = time.perf_counter()
         try:
@@ -148,6 +203,7 @@ class LLMClient:
             raise LLMUnavailableError(f"{self.backend.name} failed: {type(exc).__name__}: {exc}") from exc
         seconds = time.perf_counter() - start
         self._count(usage, seconds, cached=False)
+        self._tally(method, request, response)
         if cache is not None:
             cache.put(key, self.backend.name, method, self.current_stage, request, response, usage, seconds)
         return response

@@ -45,6 +45,7 @@ class OpenAIBackend:
         self.retries = retries
         self.backoff = backoff
         self.choice_mode = choice_mode
+        self.concurrency = concurrency  # callers may run this many calls at once (episodic assistants do)
         self._slots = threading.BoundedSemaphore(concurrency)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(timeout=timeout, headers=headers, transport=transport)
