@@ -117,11 +117,9 @@ class EpisodicEngine:
         closed = windows[:-1]
         if not closed:
             return
-        done = {i for i, _ in ctx.store.items_in_order(ctx.ns, self.space("window"))}
         keys = [self.window_key(w) for w in closed]
         have = ctx.store.item_ids(ctx.ns, self.space("window"), keys)
-        todo = [(n, w) for n, (w, key) in enumerate(zip(closed, keys, strict=True))
-                if key not in have or have[key] not in done]  # fmt: skip
+        todo = [(n, w) for n, (w, key) in enumerate(zip(closed, keys, strict=True)) if key not in have]
         for n, w in todo:
             self._summarise(ctx, n, w, [order[p][0] for p in w])
 
@@ -402,8 +400,9 @@ class EpisodicEngine:
     # ------------------------------------------------------------------ the master
     def answer(self, ctx: EngineContext, client: LLMClient, question: str, retrieval: Retrieval, *,
                budget_tokens: int | None, now: str | None = None, abstain: str | None = None) -> Answer:  # fmt: skip
-        """The master: the evidence turns in time order, the superseded statements of revised facts left out
-        (and said so), the assistants' notes, answered by the reader, which cites only turns it was shown.
+        """The master: the evidence turns that fit the budget (most relevant first), read in time order, the
+        superseded statements of revised facts left out (and said so), the assistants' notes, answered by the
+        reader, which cites only turns it was shown.
         System 1 questions and retrievals without evidence go to the reader as they are."""
         from ...answer import ABSTAIN, read  # the reader imports engines' helpers: imported when used
 
@@ -412,7 +411,6 @@ class EpisodicEngine:
         if not evidence:
             packed = replace(retrieval, hits=pack(retrieval.hits, budget_tokens))
             return read(client, question, packed, now=now, abstain=abstain)
-        evidence.sort(key=lambda h: int(h.detail["episodic"].get("seq", -1)))
         superseded: dict[str, str] = {}
         if self.config.resolve:
             statements = [Statement(h.turn_ids[0], int(h.detail["episodic"].get("seq", -1)), h.text)
@@ -427,7 +425,9 @@ class EpisodicEngine:
             if note and ep.get("found") and note not in seen_notes and len(seen_notes) < self.config.max_windows:
                 seen_notes.add(note)
                 notes.append(f"window {ep.get('window')}: {note}")
-        packed = replace(retrieval, hits=pack(kept, budget_tokens), budget_tokens=budget_tokens)
+        chosen = pack(kept, budget_tokens)  # the most relevant evidence fits first (rank order) ...
+        chosen.sort(key=lambda h: int(h.detail["episodic"].get("seq", -1)))  # ... and is read in time order
+        packed = replace(retrieval, hits=chosen, budget_tokens=budget_tokens)
         return read(client, question, packed, now=now, abstain=abstain, notes=notes)
 
 
