@@ -365,11 +365,14 @@ def ask(
         stats = memory.llm.stats()
     if as_json:
         retrieval = result.retrieval.as_dict() if result.retrieval else None
-        data = {"answer": result.text, "cited_turn_ids": result.cited_turn_ids, "llm": stats, "retrieval": retrieval}
+        data = {"answer": result.text, "cited_turn_ids": result.cited_turn_ids, "notes": result.notes, "llm": stats,
+                "retrieval": retrieval}  # fmt: skip
         print_json(data)
         return
     say(result.text, style="bold")
     say(f"cites: {', '.join(result.cited_turn_ids) or '(nothing)'}")
+    for note in result.notes:  # e.g. episodic's master: which statement revises which
+        say(f"note: {note}")
     if result.retrieval:
         cited = set(result.cited_turn_ids)
         for hit in result.retrieval.hits:

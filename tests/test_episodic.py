@@ -168,7 +168,7 @@ def test_union_routing_takes_the_pathways_in_turn_and_reports_them():
     assert [a.window for a in activated] == [0, 3, 4, 1]  # dense #1, BM25 #1, summary #1, then dense #2
     by_window = {a.window: a.pathways for a in activated}
     assert by_window[0] == ["dense", "bm25", "summary"]  # within the two rounds taken, all three reached it
-    assert by_window[3] == ["bm25"] and by_window[4] == ["summary"] and by_window[1] == ["dense"]  # summary ranks it 3rd
+    assert by_window[3] == ["bm25"] and by_window[4] == ["summary"] and by_window[1] == ["dense"]  # summary: 3rd
     assert [a.window for a in route_union(scores, 4, ("bm25", "summary"))] == [3, 4, 0, 1]  # dense off
     assert [a.window for a in route_union(scores, 10)] == [0, 3, 4, 1, 2]  # only windows some pathway scored
 
@@ -410,3 +410,23 @@ def test_stats_and_settings_from_a_config(tmp_path):
         stats = memory.engine_stats(user_id="u")
     assert stats["turns"] == 30 and stats["windows"] >= 4
     assert stats["summaries_extractive"] == stats["windows"]
+
+
+def test_cuemem_ask_shows_the_masters_notes(tmp_path, monkeypatch):
+    from test_cli import runner
+
+    from cuemem.cli import app
+
+    with local_http_server(OpenAICompatible) as url:
+        for key, value in {"CUEMEM_LLM": "openai", "CUEMEM_LLM_BASE_URL": url, "CUEMEM_LLM_API_KEY": "sk-test",
+                           "CUEMEM_LLM_RETRIES": "0", "CUEMEM_LLM_CACHE": "off"}.items():  # fmt: skip
+            monkeypatch.setenv(key, value)
+        base = ["--db", str(tmp_path / "cli.db"), "--embedder", "hashing", "--engine", "episodic"]
+        turns = tmp_path / "trip.jsonl"
+        turns.write_text("\n".join(json.dumps(t) for t in REVISED))
+        assert runner.invoke(app, [*base, "ingest", str(turns), "-u", "maya"]).exit_code == 0
+        r = runner.invoke(app, [*base, "ask", "Which hotel is booked for Day 2?", "-u", "maya"])
+        assert r.exit_code == 0, r.output
+        assert "Paris." in r.output and "note: [r4] revises [r1]; the later statement is current." in r.output
+        r = runner.invoke(app, [*base, "ask", "Which hotel is booked for Day 2?", "-u", "maya", "--json"])
+        assert json.loads(r.output)["notes"] == ["[r4] revises [r1]; the later statement is current."]
