@@ -433,8 +433,10 @@ class EpisodicEngine:
 
 VARIANTS: dict[str, EpisodicConfig] = {
     "episodic": EpisodicConfig(),
-    "episodic-llm": EpisodicConfig(model=True, summary="model", window=1024, max_windows=3),
-    "episodic-adaptive": EpisodicConfig(model=True, summary="model", window=1024, max_windows=3, adaptive=True),
+    "episodic-llm": EpisodicConfig(model=True, summary="model", window=1024, max_windows=3, evidence=2),
+    "episodic-adaptive": EpisodicConfig(
+        model=True, summary="model", window=1024, max_windows=3, evidence=2, adaptive=True
+    ),
     "episodic-weighted": EpisodicConfig(routing="weighted"),
     "episodic-nosummary": EpisodicConfig(pathways="dense,bm25"),
     "episodic-nodense": EpisodicConfig(pathways="bm25,summary"),

@@ -20,7 +20,7 @@ class EpisodicConfig:
     window_dense: str = "best"  # dense pathway: the window's best turn ("best") or its centroid ("centroid")
     strong_bm25: float = 2.0  # weighted routing: a window whose BM25 is this many times the next one's goes first
     depth: int = 200  # ranks of the turn-level BM25 / dense rankings read by routing and the assistants
-    evidence: int = 3  # anchor turns an assistant returns (dev, conv-26: R@10 2 -> 3 -> 5 turns: 0.459, 0.515, 0.533)
+    evidence: int = 8  # anchor turns an assistant returns (model-free; LoCoMo dev R@10 for 2/3/5/8: BENCHMARKS.md)
     neighbours: int = 1  # model-free: turns either side of an anchor, inside its window
     fill: bool = True  # search: after the evidence, the rest of the question's fused ranking
     model: bool = False  # assistants read their raw window with the model client (episodic-llm)
