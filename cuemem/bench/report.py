@@ -26,7 +26,7 @@ def retrieval_block(questions: list[dict[str, Any]]) -> dict[str, float]:
     block = {key: mean([q[key] for q in questions]) for key in RETRIEVAL_KEYS}
     block["all@10"] = mean([float(q["recall@10"] == 1.0) for q in questions])
     block["all@budget"] = mean([float(q["recall@budget"] == 1.0) for q in questions])
-    for key in ("session_recall@1", "session_recall@5", "session_recall@10"):
+    for key in ("session_recall@1", "session_recall@5", "session_recall@10", "evidence_recall", "evidence_turns"):
         if any(key in q for q in questions):
             block[key] = mean([q[key] for q in questions if key in q])
     block["questions"] = len(questions)

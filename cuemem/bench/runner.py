@@ -106,9 +106,12 @@ def run_conversation(
         if searched.calls:
             record["search_model"] = searched.as_dict()
         episodic = result.hits[0].detail.get("episodic") if result.hits else None
-        if isinstance(episodic, dict):  # E-mem: which path answered, and how many windows took part
-            record["system"] = int(episodic.get("system", 2))
+        if isinstance(episodic, dict):  # E-mem: which path answered, how many windows took part, and how much
+            record["system"] = int(episodic.get("system", 2))  # of the gold evidence the assistants' evidence holds
             record["windows"] = len(result.hits[0].detail.get("routing", []))
+            found = [h.turn_ids for h in result.hits if h.detail.get("episodic", {}).get("evidence")]
+            record["evidence_turns"] = len({t for ids in found for t in ids})
+            record["evidence_recall"] = evidence_recall(found, q.evidence)
         for k in KS:
             record[f"recall@{k}"] = evidence_recall(ranked, q.evidence, k)
         record["recall@budget"] = evidence_recall(packed, q.evidence)
