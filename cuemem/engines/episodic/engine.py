@@ -365,8 +365,8 @@ class EpisodicEngine:
 
         rank = {item: r for r, (item, _) in enumerate(ranked)}
         for group in ([e for e in evidence if e.found], [e for e in evidence if not e.found]):
-            anchors = [(item, ev) for ev in group for item in ev.anchors]
-            for item, ev in sorted(anchors, key=lambda a: rank.get(a[0], len(rank))):  # stable: choice order kept
+            chosen = [(item, ev) for ev in group for item in ev.anchors]
+            for item, ev in sorted(chosen, key=lambda a: rank.get(a[0], len(rank))):  # stable: choice order kept
                 take(item, ev, "anchor")
         rows: list[tuple[int, float]] = [(item, 1.0 / (1 + n)) for n, (item, _, _) in enumerate(order)]
         anchors = set(seen)
@@ -381,19 +381,19 @@ class EpisodicEngine:
             rows += [(item, 0.0) for item, _, role in order if role == "neighbour"]
         hits = ctx.hits_from_items(rows[:k], self.name)
         item_of = ctx.store.item_ids(ctx.ns, self.space("turn"), [h.turn_ids[0] for h in hits])
-        info = {item: (ev, role) for item, ev, role in order}
+        info: dict[int, tuple[Evidence | None, str]] = {item: (ev, role) for item, ev, role in order}
         windows = {a.window: a for a in activated}
         for hit in hits:
             item = item_of.get(hit.turn_ids[0], -1)
-            ev, role = info.get(item, (None, "fill"))
-            episodic: dict[str, Any] = {"system": 2, "evidence": ev is not None, "role": role,
+            source, role = info.get(item, (None, "fill"))
+            episodic: dict[str, Any] = {"system": 2, "evidence": source is not None, "role": role,
                                         "seq": position.get(item, -1)}  # fmt: skip
-            if ev is not None:
-                episodic.update(window=ev.window, pathways=windows[ev.window].pathways, found=ev.found)
-                if ev.note:
-                    episodic["note"] = ev.note
-                if ev.error:
-                    episodic["error"] = ev.error
+            if source is not None:
+                episodic.update(window=source.window, pathways=windows[source.window].pathways, found=source.found)
+                if source.note:
+                    episodic["note"] = source.note
+                if source.error:
+                    episodic["error"] = source.error
             hit.detail = {**hit.detail, **detail, "episodic": episodic}
         return hits
 
