@@ -432,3 +432,15 @@ def test_cuemem_ask_shows_the_masters_notes(tmp_path, monkeypatch):
         assert "Paris." in r.output and "note: [r4] revises [r1]; the later statement is current." in r.output
         r = runner.invoke(app, [*base, "ask", "Which hotel is booked for Day 2?", "-u", "maya", "--json"])
         assert json.loads(r.output)["notes"] == ["[r4] revises [r1]; the later statement is current."]
+
+
+def test_chat_words_that_are_not_revisions_do_not_supersede():
+    """On LoCoMo a looser cue list ("actually", bare "changing") superseded evidence in 69 of 77 questions."""
+    chat = [
+        Statement("c1", 1, "I went to the LGBTQ support group yesterday.", "Caroline"),
+        Statement("c2", 2, "Actually the support group was about time changing our lives.", "Caroline"),
+        Statement("c3", 3, "Caroline, the LGBTQ support group changed my life too!", "Melanie"),
+    ]
+    assert revisions(chat, "When did Caroline go to the LGBTQ support group?") == {}
+    moved = [*chat, Statement("c4", 4, "The LGBTQ support group moved to Friday evenings.", "Caroline")]
+    assert revisions(moved, "When does the LGBTQ support group meet?") == {"c1": "c4", "c2": "c4", "c3": "c4"}

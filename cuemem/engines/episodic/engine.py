@@ -413,8 +413,8 @@ class EpisodicEngine:
             return read(client, question, packed, now=now, abstain=abstain)
         superseded: dict[str, str] = {}
         if self.config.resolve:
-            statements = [Statement(h.turn_ids[0], int(h.detail["episodic"].get("seq", -1)), h.text)
-                          for h in evidence if h.turn_ids]  # fmt: skip
+            statements = [Statement(h.turn_ids[0], int(h.detail["episodic"].get("seq", -1)), h.text,
+                                    str(h.detail.get("speaker") or "")) for h in evidence if h.turn_ids]  # fmt: skip
             superseded = revisions(statements, question)
         kept = [h for h in evidence if not (h.turn_ids and h.turn_ids[0] in superseded)]
         notes = revision_notes(superseded)
