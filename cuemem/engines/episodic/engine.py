@@ -318,10 +318,12 @@ class EpisodicEngine:
             return local
         client = ctx.llm
         stage, tally = client.current_stage, client.current_tally
+        shortlists = {a.window: local_evidence(a.window, view.members(a.window), rank, cfg.shortlist, 0).anchors
+                      for a in activated}  # fmt: skip
 
         def run(fallback: Evidence) -> Evidence:
             with client.stage(stage), client.tally(tally) if tally is not None else nullcontext():
-                return self._model_assistant(ctx, client, view, query, fallback)
+                return self._model_assistant(ctx, client, view, query, fallback, shortlists[fallback.window])
 
         workers = max(1, min(len(local), int(getattr(client.backend, "concurrency", 1))))
         if workers == 1:
@@ -330,7 +332,10 @@ class EpisodicEngine:
             return list(pool.map(run, local))
 
     def _model_assistant(self, ctx: EngineContext, client: LLMClient, view: Episodes, query: str,
-                         fallback: Evidence) -> Evidence:  # fmt: skip
+                         fallback: Evidence, shortlist: list[int]) -> Evidence:  # fmt: skip
+        """The model reads the whole raw window, notes what answers the question, and chooses the supporting
+        turns among the window's `shortlist` best in the question's ranking, offered in that order (a small
+        model's choice among all of a window's ids leans to the first ids offered)."""
         cfg = self.config
         members = view.members(fallback.window)
         from ...answer import context_block
@@ -338,14 +343,20 @@ class EpisodicEngine:
         hits = ctx.hits_from_items([(i, 0.0) for i in members], self.name)
         block, ids = context_block(hits)
         item_of = ctx.store.item_ids(ctx.ns, self.space("turn"), ids)  # turn items are keyed by turn id
+        turn_of = {item: turn for turn, item in item_of.items()}
+        options = [turn_of[i] for i in shortlist if i in turn_of] or ids
         try:
-            note, chosen = model_evidence(client, block, ids, query, per_window=cfg.evidence,
+            note, chosen = model_evidence(client, block, options, query, per_window=cfg.evidence,
                                           margin=cfg.margin, note_tokens=cfg.note_tokens, now=ctx.now)  # fmt: skip
         except LLMError as exc:
             log.warning("%s: an assistant fell back to model-free evidence: %s", self.name, exc)
             return replace(fallback, error=str(exc)[:200])
         anchors = [item_of[t] for t in chosen if t in item_of]  # chosen under constraint: always the window's
-        return Evidence(fallback.window, anchors, [], note, found=not says_nothing(note))
+        position = {item: p for p, item in enumerate(members)}
+        around = [members[q] for a in anchors for d in range(1, cfg.neighbours + 1)
+                  for q in (position[a] - d, position[a] + d) if 0 <= q < len(members)]  # fmt: skip
+        around = [i for i in dict.fromkeys(around) if i not in anchors]
+        return Evidence(fallback.window, anchors, around, note, found=not says_nothing(note))
 
     def evidence_hits(self, ctx: EngineContext, view: Episodes, ranked: list[tuple[int, float]],
                       evidence: list[Evidence], activated: list[Activation], k: int,

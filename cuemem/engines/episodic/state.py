@@ -26,6 +26,7 @@ class EpisodicConfig:
     model: bool = False  # assistants read their raw window with the model client (episodic-llm)
     summary: str = "extractive"  # window summaries: "extractive" or "model" (closed windows)
     adaptive: bool = False  # a cheap router sends confident, simple questions down the fast path (System 1)
+    shortlist: int = 8  # model mode: the window's turns offered to choose from (its best in the fused ranking)
     margin: float = 2.0  # model mode: a further evidence id within this log-probability of the first
     note_tokens: int = 32  # model mode: length of an assistant's one-line note
     resolve: bool = True  # the master's conflict rule: a later revision supersedes the earlier statement
@@ -51,5 +52,5 @@ class EpisodicConfig:
             raise ValueError(f"episodic window_dense must be 'best' or 'centroid', got {self.window_dense!r}")
         if self.summary not in ("extractive", "model"):
             raise ValueError(f"episodic summary must be 'extractive' or 'model', got {self.summary!r}")
-        if self.evidence < 1 or self.neighbours < 0 or self.depth < 1:
-            raise ValueError("episodic evidence and depth must be >= 1, neighbours >= 0")
+        if self.evidence < 1 or self.shortlist < 1 or self.neighbours < 0 or self.depth < 1:
+            raise ValueError("episodic evidence, shortlist and depth must be >= 1, neighbours >= 0")
