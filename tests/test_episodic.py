@@ -444,3 +444,28 @@ def test_chat_words_that_are_not_revisions_do_not_supersede():
     assert revisions(chat, "When did Caroline go to the LGBTQ support group?") == {}
     moved = [*chat, Statement("c4", 4, "The LGBTQ support group moved to Friday evenings.", "Caroline")]
     assert revisions(moved, "When does the LGBTQ support group meet?") == {"c1": "c4", "c2": "c4", "c3": "c4"}
+
+
+def test_the_model_chooses_among_its_windows_best_turns_in_ranking_order(make_memory):
+    class Recording(FakeBackend):
+        def __init__(self) -> None:
+            super().__init__()
+            self.offered: list[list[str]] = []
+
+        def choose(self, messages, options, k, beam):
+            self.offered.append(list(options))
+            return super().choose(messages, options, k, beam)
+
+    backend = Recording()
+    memory = make_memory(small(model=True, shortlist=2), llm=LLMClient(backend), llm_cache="off")
+    memory.add(log(), user_id="u")
+    hits = memory.search("the ferry number 22", user_id="u", k=40).hits
+    assert backend.offered and all(1 <= len(options) <= 2 for options in backend.offered)
+    window = next(h.detail["episodic"]["window"] for h in hits if h.turn_ids == ["t22"])
+    offered = [o for o in backend.offered if "t22" in o]
+    assert offered and offered[0][0] == "t22"  # the window holding the best match offers it first
+    members = set(windows_of(memory)[window])
+    assert set(offered[0]) <= members
+    anchors = [h for h in hits if h.detail["episodic"].get("role") == "anchor"]
+    neighbours = [h for h in hits if h.detail["episodic"].get("role") == "neighbour"]
+    assert anchors and neighbours  # the chosen turns come with their neighbours inside the window
