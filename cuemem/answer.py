@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .engines.structure import session_heading
-from .index.budget import session_key
+from .engines.structure import context_block
 from .llm import LLMClient, LLMError
-from .types import Answer, Hit, Retrieval
+from .types import Answer, Retrieval
 
 ABSTAIN = "The memory does not say."  # what the reader replies when its excerpts do not hold the answer
 
@@ -24,41 +23,6 @@ def system_prompt(abstain: str = ABSTAIN) -> str:
         "Each excerpt starts with its id in brackets. Reply with a short answer, a few words. "
         f'If the excerpts do not say, reply "{abstain}"'
     )
-
-
-def context_block(hits: Sequence[Hit]) -> tuple[str, list[str]]:
-    """Excerpts for the prompt, each led by its turn ids, and those ids (the only ones that may be cited).
-
-    Hits whose session and date are fields are grouped into session blocks in date order, each under one header
-    ("## 8 May 2023 (session D3)"), keeping rank order inside a block; other hits follow as they came."""
-    blocks: dict[str, list[Hit]] = {}
-    loose: list[Hit] = []
-    for hit in hits:
-        key = session_key(hit)
-        if key is None:
-            loose.append(hit)
-        else:
-            blocks.setdefault(key, []).append(hit)
-    lines: list[str] = []
-    ids: list[str] = []
-
-    def excerpt(hit: Hit) -> None:
-        lines.append(f"[{','.join(hit.turn_ids)}] {hit.text}")
-        ids.extend(t for t in hit.turn_ids if t not in ids)
-
-    for members in sorted(blocks.values(), key=lambda block: _block_date(block[0])):
-        lines.append(session_heading(members[0].detail))
-        for hit in members:
-            excerpt(hit)
-    for hit in loose:
-        excerpt(hit)
-    return "\n".join(lines), ids
-
-
-def _block_date(hit: Hit) -> tuple[int, str]:
-    """Blocks with a parsed date first, in date order; the others after them."""
-    when = hit.detail.get("date")
-    return (0, str(when)) if when else (1, "")
 
 
 def read(client: LLMClient, question: str, retrieval: Retrieval, *, max_tokens: int = 32, cite: int = 2,

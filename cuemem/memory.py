@@ -410,7 +410,8 @@ class Memory:
             if callable(own):
                 ctx = self._context(ns, retrieval.namespace)
                 ctx.now = now
-                return own(ctx, client, question, retrieval, budget_tokens=budget_tokens, now=now, abstain=abstain)
+                return own(ctx, client, question, retrieval, reader=read, budget_tokens=budget_tokens, now=now,
+                           abstain=abstain)  # fmt: skip
             packed = replace(retrieval, hits=pack(retrieval.hits, budget_tokens), budget_tokens=budget_tokens)
             return read(client, question, packed, now=now, abstain=abstain)
 

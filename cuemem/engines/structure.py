@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
+from ..index.budget import session_key
 from ..index.dates import DateSpan, format_day, parse_timestamp, query_window, resolve_relative
 from ..index.names import PersonIndex, candidate_names, normalise_name
-from ..types import Turn
+from ..types import Hit, Turn
 
 FORM = 2  # items written with structure; older items (text "[date] speaker: words") are shown as stored
 MAX_SPANS = 8  # resolved date expressions kept per turn
@@ -174,3 +175,38 @@ def structural_boost(table: TurnTable, scored: Sequence[tuple[int, float]], aske
 
 __all__ = ["FORM", "QueryStructure", "TurnTable", "hit_text", "session_header", "session_heading", "structural_boost",
            "turn_fields", "with_header_tokens"]  # fmt: skip
+
+
+def context_block(hits: Sequence[Hit]) -> tuple[str, list[str]]:
+    """Excerpts for the prompt, each led by its turn ids, and those ids (the only ones that may be cited).
+
+    Hits whose session and date are fields are grouped into session blocks in date order, each under one header
+    ("## 8 May 2023 (session D3)"), keeping rank order inside a block; other hits follow as they came."""
+    blocks: dict[str, list[Hit]] = {}
+    loose: list[Hit] = []
+    for hit in hits:
+        key = session_key(hit)
+        if key is None:
+            loose.append(hit)
+        else:
+            blocks.setdefault(key, []).append(hit)
+    lines: list[str] = []
+    ids: list[str] = []
+
+    def excerpt(hit: Hit) -> None:
+        lines.append(f"[{','.join(hit.turn_ids)}] {hit.text}")
+        ids.extend(t for t in hit.turn_ids if t not in ids)
+
+    for members in sorted(blocks.values(), key=lambda block: _block_date(block[0])):
+        lines.append(session_heading(members[0].detail))
+        for hit in members:
+            excerpt(hit)
+    for hit in loose:
+        excerpt(hit)
+    return "\n".join(lines), ids
+
+
+def _block_date(hit: Hit) -> tuple[int, str]:
+    """Blocks with a parsed date first, in date order; the others after them."""
+    when = hit.detail.get("date")
+    return (0, str(when)) if when else (1, "")

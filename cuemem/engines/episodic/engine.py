@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -31,7 +31,7 @@ from ...types import Answer, Hit, Retrieval, Turn
 from ..base import EngineContext, variant_name
 from ..baselines import embed_missing, index_turns, prepare_embeddings
 from ..refine import refine, turn_table
-from ..structure import session_header
+from ..structure import context_block, session_header
 from .assistants import Evidence, local_evidence, model_evidence, says_nothing
 from .episodes import extractive_summary, segment
 from .master import Statement, revision_notes, revisions
@@ -40,6 +40,7 @@ from .state import EpisodicConfig
 
 log = logging.getLogger(__name__)
 Ranked = list[tuple[int, float]]
+Reader = Callable[..., Answer]  # cuemem.answer.read: (client, question, retrieval, *, now, abstain, notes)
 
 SUMMARY_PROMPT = ("Summarise this part of a conversation in one or two sentences: who talks, about what, "
                   "and when.")  # fmt: skip
@@ -148,8 +149,6 @@ class EpisodicEngine:
         items = ctx.store.get_items(ctx.ns, members)
         present = [i for i in members if i in items]
         if closed and self.config.summary == "model":
-            from ...answer import context_block
-
             hits = ctx.hits_from_items([(i, 0.0) for i in present], self.name)
             block, _ = context_block(hits)
             try:
@@ -338,8 +337,6 @@ class EpisodicEngine:
         model's choice among all of a window's ids leans to the first ids offered)."""
         cfg = self.config
         members = view.members(fallback.window)
-        from ...answer import context_block
-
         hits = ctx.hits_from_items([(i, 0.0) for i in members], self.name)
         block, ids = context_block(hits)
         item_of = ctx.store.item_ids(ctx.ns, self.space("turn"), ids)  # turn items are keyed by turn id
@@ -410,18 +407,15 @@ class EpisodicEngine:
 
     # ------------------------------------------------------------------ the master
     def answer(self, ctx: EngineContext, client: LLMClient, question: str, retrieval: Retrieval, *,
-               budget_tokens: int | None, now: str | None = None, abstain: str | None = None) -> Answer:  # fmt: skip
+               reader: Reader, budget_tokens: int | None, now: str | None, abstain: str) -> Answer:  # fmt: skip
         """The master: the evidence turns that fit the budget (most relevant first), read in time order, the
-        superseded statements of revised facts left out (and said so), the assistants' notes, answered by the
-        reader, which cites only turns it was shown.
-        System 1 questions and retrievals without evidence go to the reader as they are."""
-        from ...answer import ABSTAIN, read  # the reader imports engines' helpers: imported when used
-
-        abstain = ABSTAIN if abstain is None else abstain
+        superseded statements of revised facts left out (and said so), the assistants' notes, answered by
+        `reader` (Memory passes `cuemem.answer.read`), which cites only turns it was shown. System 1 questions
+        and retrievals without evidence go to the reader as they are."""
         evidence = [h for h in retrieval.hits if h.detail.get("episodic", {}).get("evidence")]
         if not evidence:
             packed = replace(retrieval, hits=pack(retrieval.hits, budget_tokens))
-            return read(client, question, packed, now=now, abstain=abstain)
+            return reader(client, question, packed, now=now, abstain=abstain)
         superseded: dict[str, str] = {}
         if self.config.resolve:
             statements = [Statement(h.turn_ids[0], int(h.detail["episodic"].get("seq", -1)), h.text,
@@ -439,7 +433,7 @@ class EpisodicEngine:
         chosen = pack(kept, budget_tokens)  # the most relevant evidence fits first (rank order) ...
         chosen.sort(key=lambda h: int(h.detail["episodic"].get("seq", -1)))  # ... and is read in time order
         packed = replace(retrieval, hits=chosen, budget_tokens=budget_tokens)
-        return read(client, question, packed, now=now, abstain=abstain, notes=notes)
+        return reader(client, question, packed, now=now, abstain=abstain, notes=notes)
 
 
 VARIANTS: dict[str, EpisodicConfig] = {
