@@ -826,7 +826,8 @@ def bench(
         overrides["embedder"] = state.embedder
     if template:
         overrides["turn_template"] = template
-    config = BenchConfig(dataset, data, out, [e.strip() for e in engines.split(",") if e.strip()], limit, budget,
+    names = [e.strip() for e in re.split(r",(?![^\[]*\])", engines) if e.strip()]  # "episodic[a=1,b=2]" is one
+    config = BenchConfig(dataset, data, out, names, limit, budget,
                          answer, answer_budget, _judge_settings(judge), overrides, embed_cache,
                          state.config or default_config_file(), max_questions, max_turns, split)  # fmt: skip
     bars: dict[str, Any] = {}

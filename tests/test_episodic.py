@@ -469,3 +469,20 @@ def test_the_model_chooses_among_its_windows_best_turns_in_ranking_order(make_me
     anchors = [h for h in hits if h.detail["episodic"].get("role") == "anchor"]
     neighbours = [h for h in hits if h.detail["episodic"].get("role") == "neighbour"]
     assert anchors and neighbours  # the chosen turns come with their neighbours inside the window
+
+
+def test_bench_engines_take_variants_with_several_settings(tmp_path):
+    from test_cli import runner
+
+    from cuemem.cli import app
+
+    data = locomo_fixture(tmp_path / "l.json")
+    name = "episodic[window=20,max_windows=2]"
+    args = ["--db", str(tmp_path / "cli.db"), "--embedder", "hashing", "bench", "locomo", "--data", str(data),
+            "--engines", f"bm25,{name}", "--limit", "1", "--out", str(tmp_path / "out")]  # fmt: skip
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(results["engines"]) == {"bm25", name}
+    record = json.loads((tmp_path / "out" / "checkpoints" / name / "c1.json").read_text())
+    assert record["protocol"]["engine"]["config"]["window"] == 20 and record["engine"]["windows"] >= 2
