@@ -36,7 +36,7 @@ from cuemem.bench.protocol import DEPTH
 from cuemem.config import Settings
 from cuemem.embed import make_embedder
 from cuemem.embed.cached import CachedEmbedder
-from cuemem.engines import get_engine
+from cuemem.engines import get_engine, typed_overrides
 from cuemem.index.budget import pack
 from cuemem.index.dates import parse_timestamp, query_window
 
@@ -57,11 +57,7 @@ def configured(name: str, overrides: dict[str, str]) -> object:
     engine = get_engine(name)
     if overrides:
         config = engine.config  # type: ignore[attr-defined]
-        typed = {}
-        for key, value in overrides.items():
-            default = getattr(config, key)
-            typed[key] = value.lower() in ("1", "true", "yes") if isinstance(default, bool) else type(default)(value)
-        engine.config = dataclasses.replace(config, **typed)  # type: ignore[attr-defined]
+        engine.config = dataclasses.replace(config, **typed_overrides(config, overrides, name))  # type: ignore[attr-defined]
     return engine
 
 

@@ -82,7 +82,7 @@ def run_conversation(
     ingest_seconds = time.perf_counter() - start
     questions = []
     # what reading the whole conversation once costs (speaker and words of every turn): full context's scale
-    whole = sum(memory.tokens.count_many([f"{t.speaker}: {t.text}" for t in conv.turns]))
+    whole = sum(memory.tokens.count_many([f"{t.speaker}: {t.text}" for t in conv.turns])) if config.answer else 0
     answer_budget = memory.settings.answer_budget if config.answer_budget is None else config.answer_budget
     for q in sample_questions(conv.questions, config.max_questions):
         # Fullcontext *is* the budget (everything that fits); every other engine ranks DEPTH hits, then packs.

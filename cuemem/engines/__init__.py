@@ -57,14 +57,19 @@ def get_engine(name: str) -> Engine:
 
 
 def _overrides(base: str, spec: str) -> dict[str, object]:
-    """Typed config overrides from "field=value,..." (a bool field takes 1/0, true/false, yes/no)."""
-    config = getattr(FAMILIES[base](), "config", None)
-    known = {f.name: f for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else {}
+    """Typed config overrides from "field=value,..." for the built-in variant family `base`."""
+    pairs = dict(part.partition("=")[::2] for part in filter(None, (p.strip() for p in spec.split(","))))
+    return typed_overrides(getattr(FAMILIES[base](), "config", None), pairs, base)
+
+
+def typed_overrides(config: object, pairs: dict[str, str], engine: str = "engine") -> dict[str, object]:
+    """Fields of an engine's dataclass config from text values, typed like their defaults (a bool takes 1/0,
+    true/false, yes/no); an unknown field or a value of the wrong type is an UnknownEngineError."""
+    known = {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
     out: dict[str, object] = {}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        key, eq, value = part.partition("=")
-        if not eq or key not in known:
-            raise UnknownEngineError(f"engine {base!r} has no setting {key!r}; settings: {', '.join(sorted(known))}")
+    for key, value in pairs.items():
+        if key not in known:
+            raise UnknownEngineError(f"engine {engine!r} has no setting {key!r}; settings: {', '.join(sorted(known))}")
         default = getattr(config, key)
         try:
             if isinstance(default, bool):

@@ -42,13 +42,20 @@ def local_evidence(window: int, members: Sequence[int], rank: dict[int, int], pe
     -> position), and up to `neighbours` turns either side of each, inside the window."""
     placed = sorted((rank[i], pos) for pos, i in enumerate(members) if i in rank)
     anchors = [members[pos] for _, pos in placed[:per_window]]
-    around: list[int] = []
-    for _, pos in placed[:per_window]:
+    return Evidence(window, anchors, around(members, anchors, neighbours), found=bool(anchors))
+
+
+def around(members: Sequence[int], anchors: Sequence[int], neighbours: int) -> list[int]:
+    """Up to `neighbours` turns either side of each anchor inside the window (its `members`), anchors excluded,
+    nearest first per anchor."""
+    position = {item: p for p, item in enumerate(members)}
+    out: list[int] = []
+    for anchor in anchors:
         for d in range(1, neighbours + 1):
-            for near in (pos - d, pos + d):
-                if 0 <= near < len(members) and members[near] not in anchors and members[near] not in around:
-                    around.append(members[near])
-    return Evidence(window, anchors, around, found=bool(anchors))
+            for near in (position[anchor] - d, position[anchor] + d):
+                if 0 <= near < len(members) and members[near] not in anchors and members[near] not in out:
+                    out.append(members[near])
+    return out
 
 
 def assistant_messages(block: str, question: str, now: str | None = None) -> list[dict[str, str]]:

@@ -32,7 +32,7 @@ from ..base import EngineContext, variant_name
 from ..baselines import embed_missing, index_turns, prepare_embeddings
 from ..refine import refine, turn_table
 from ..structure import context_block, session_header
-from .assistants import Evidence, local_evidence, model_evidence, says_nothing
+from .assistants import Evidence, around, local_evidence, model_evidence, says_nothing
 from .episodes import extractive_summary, segment
 from .master import Statement, revision_notes, revisions
 from .routing import PATHWAYS, Activation, route_union, route_weighted
@@ -349,11 +349,9 @@ class EpisodicEngine:
             log.warning("%s: an assistant fell back to model-free evidence: %s", self.name, exc)
             return replace(fallback, error=str(exc)[:200])
         anchors = [item_of[t] for t in chosen if t in item_of]  # chosen under constraint: always the window's
-        position = {item: p for p, item in enumerate(members)}
-        around = [members[q] for a in anchors for d in range(1, cfg.neighbours + 1)
-                  for q in (position[a] - d, position[a] + d) if 0 <= q < len(members)]  # fmt: skip
-        around = [i for i in dict.fromkeys(around) if i not in anchors]
-        return Evidence(fallback.window, anchors, around, note, found=not says_nothing(note))
+        return Evidence(
+            fallback.window, anchors, around(members, anchors, cfg.neighbours), note, found=not says_nothing(note)
+        )
 
     def evidence_hits(self, ctx: EngineContext, view: Episodes, ranked: list[tuple[int, float]],
                       evidence: list[Evidence], activated: list[Activation], k: int,
