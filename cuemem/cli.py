@@ -796,6 +796,13 @@ def bench(
             " LongMemEval: by question id). Tune on dev, report test.",
         ),
     ] = None,
+    types: Annotated[
+        str | None,
+        typer.Option(
+            help="Only questions of these comma-separated categories (LoCoMo: single-hop, multi-hop, temporal,"
+            " open-domain, adversarial; LongMemEval: its question types, e.g. knowledge-update). Reports say so.",
+        ),
+    ] = None,
     judge: Annotated[
         str | None,
         typer.Option(
@@ -829,7 +836,8 @@ def bench(
     names = [e.strip() for e in re.split(r",(?![^\[]*\])", engines) if e.strip()]  # "episodic[a=1,b=2]" is one
     config = BenchConfig(dataset, data, out, names, limit, budget,
                          answer, answer_budget, _judge_settings(judge), overrides, embed_cache,
-                         state.config or default_config_file(), max_questions, max_turns, split)  # fmt: skip
+                         state.config or default_config_file(), max_questions, max_turns, split,
+                         tuple(t.strip() for t in (types or "").split(",") if t.strip()))  # fmt: skip
     bars: dict[str, Any] = {}
     log = ProgressLog()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -446,6 +446,7 @@ class Memory:
         if self.store.delete_turns(ns, [turn_id]) == 0:
             raise TurnNotFoundError(f"no turn {turn_id!r} for user {user_id!r}")
         self.indexes.drop(ns)  # the in-memory indexes would rebuild on the next search; drop their text now
+        self._forget(ns, Namespace(user_id, agent_id, run_id))
 
     def delete_session(
         self, session_id: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None
@@ -453,6 +454,8 @@ class Memory:
         ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))
         count = self.store.delete_turns(ns, session_id=session_id)
         self.indexes.drop(ns)
+        if count:
+            self._forget(ns, Namespace(user_id, agent_id, run_id))
         return count
 
     def delete_all(
@@ -483,9 +486,17 @@ class Memory:
             for namespace in targets:
                 ids.append(self.store.namespace_id(namespace))
                 deleted.append((namespace, self.store.delete_namespace(ids[-1])))
-        for ns in ids:
+        for ns, (namespace, _) in zip(ids, deleted, strict=True):
             self.indexes.drop(ns)  # nothing of theirs stays in this process's memory either
+            self._forget(ns, namespace)
         return deleted
+
+    def _forget(self, ns: int, namespace: Namespace) -> None:
+        """Tell the engine a namespace lost turns, for derived state kept outside the store (the profile engine's
+        Chroma records): it drops that state now; it is rebuilt from the log on next use."""
+        forget = getattr(self.engine, "forget", None)
+        if forget is not None:
+            forget(self._context(ns, namespace))
 
     def engine_stats(
         self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None, engine: str | None = None
@@ -543,8 +554,51 @@ class Memory:
         for namespace in targets:
             ns = self.store.namespace_id(namespace)
             self.store.clear_derived(ns)
+            self._forget(ns, namespace)
             total += self._sync(self.engine, ns, namespace, progress)
         return total
+
+    # ------------------------------------------------------------------ typed records (engine `profile`)
+    def _records_engine(self, engine: str | None, namespace: Namespace) -> tuple[Any, EngineContext]:
+        chosen = self._engine(engine)
+        if not hasattr(chosen, "profile"):
+            raise CuememError(f"engine {chosen.name!r} keeps no records: use a profile engine (e.g. engine='profile')")
+        ns = self.store.namespace_id(namespace)
+        self._sync(chosen, ns, namespace)
+        return chosen, self._context(ns, namespace)
+
+    def profile(
+        self,
+        *,
+        user_id: str,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        subject: str | None = None,
+        engine: str | None = None,
+    ) -> dict[str, Any]:
+        """The current preferences and profile facts of a namespace's subject (default: the speaker with the most
+        records) as a dict, each value with its confidence, evidence turn ids and earlier values."""
+        chosen, ctx = self._records_engine(engine, Namespace(user_id, agent_id, run_id))
+        return dict(chosen.profile(ctx, subject))
+
+    def records(
+        self,
+        query: str | None = None,
+        *,
+        user_id: str,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        types: Sequence[str] | None = None,
+        k: int | None = None,
+        now: str | None = None,
+        engine: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """A namespace's typed records (with their history), by relevance to `query` (similarity and recency) or
+        all, newest first; `types` picks record types (preference, profile, episodic, summary, tool_result)."""
+        chosen, ctx = self._records_engine(engine, Namespace(user_id, agent_id, run_id))
+        ctx.now = now
+        return [{**record.to_json(), "score": round(score, 4)}
+                for record, score in chosen.records(ctx, query, types=types, k=k)]  # fmt: skip
 
     # ------------------------------------------------------------------ export / import
     def export(

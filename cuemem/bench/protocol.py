@@ -40,6 +40,7 @@ class BenchConfig:
     max_questions: int | None = None  # at most N questions per conversation, evenly spaced (`sample_questions`)
     max_turns: int | None = None  # only each conversation's first N turns, and the questions they answer
     split: str | None = None  # "dev" or "test" (datasets.split_of); None = every conversation
+    types: tuple[str, ...] = ()  # only questions of these categories / question types; () = all
 
 
 # The settings a benchmark's figures depend on, as resolved from arguments, CUEMEM_* variables and the config file
@@ -81,6 +82,8 @@ def protocol(config: BenchConfig) -> dict[str, Any]:
         fields["max_turns"] = config.max_turns
     if config.split:
         fields["split"] = config.split
+    if config.types:
+        fields["types"] = sorted(config.types)
     return json.loads(json.dumps(fields, sort_keys=True, default=str))
 
 

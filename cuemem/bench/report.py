@@ -84,6 +84,7 @@ def summarize(config: BenchConfig, per_engine: dict[str, list[dict[str, Any]]]) 
         "max_questions": config.max_questions,
         "max_turns": config.max_turns,
         "split": config.split,
+        "types": list(config.types),
         "budget_tokens": config.budget,
         "answer_budget_tokens": config.answer_budget,
         "settings": config.settings,
@@ -189,7 +190,9 @@ def write_report(config: BenchConfig, results: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(_nan_to_null(results), indent=1, allow_nan=False))
     engines = results["engines"]
-    split = f", `{config.split}` split" if config.split else ""
+    split = (f", `{config.split}` split" if config.split else "") + (
+        f", question types {', '.join(config.types)}" if config.types else ""
+    )
     lines = [f"# {config.dataset}{split} — {len(engines)} engines, budget {config.budget} tokens", ""]
     first = next(iter(engines.values()))
     sampled = f" ({config.max_questions} per conversation, evenly spaced)" if config.max_questions else ""

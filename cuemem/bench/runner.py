@@ -32,8 +32,8 @@ __all__ = ["BenchConfig", "conversations", "run", "run_conversation"]
 
 
 def conversations(config: BenchConfig) -> Iterator[Conversation]:
-    """The run's conversations: those of its split (all without one), the first `limit` of them, each cut to
-    `max_turns` when set."""
+    """The run's conversations: those of its split (all without one) holding questions of `types` (all without
+    them; other questions are left out), the first `limit` of them, each cut to `max_turns` when set."""
     if config.dataset == "locomo":
         loaded = load_locomo(config.data)
     elif config.dataset == "longmemeval":
@@ -42,6 +42,10 @@ def conversations(config: BenchConfig) -> Iterator[Conversation]:
         raise ValueError(f"unknown dataset {config.dataset!r}: locomo or longmemeval")
     if config.split:
         loaded = (conv for conv in loaded if split_of(config.dataset, conv.id) == config.split)
+    if config.types:
+        wanted = set(config.types)
+        loaded = (replace(conv, questions=[q for q in conv.questions if q.category in wanted]) for conv in loaded)
+        loaded = (conv for conv in loaded if conv.questions)
     if config.limit is not None:
         loaded = itertools.islice(loaded, config.limit)
     return (prefix(conv, config.max_turns) for conv in loaded) if config.max_turns else loaded

@@ -12,6 +12,8 @@ from .base import Engine, EngineContext
 from .baselines import BM25Engine, DenseEngine, FullContext, HybridEngine
 from .episodic import VARIANTS as EPISODIC_VARIANTS
 from .episodic import variant as episodic_variant
+from .profile import VARIANTS as PROFILE_VARIANTS
+from .profile import variant as profile_variant
 from .scg import VARIANTS as SCG_VARIANTS
 from .scg import variant as scg_variant
 from .stitch import VARIANTS as STITCH_VARIANTS
@@ -27,6 +29,7 @@ BUILTIN: dict[str, Callable[[], Engine]] = {
     **{name: partial(stitch_variant, name) for name in STITCH_VARIANTS},
     **{name: partial(scg_variant, name) for name in SCG_VARIANTS},
     **{name: partial(episodic_variant, name) for name in EPISODIC_VARIANTS},
+    **{name: partial(profile_variant, name) for name in PROFILE_VARIANTS},
 }
 
 
@@ -41,6 +44,7 @@ FAMILIES: dict[str, Callable[..., Engine]] = {
     **{name: partial(stitch_variant, name) for name in STITCH_VARIANTS},
     **{name: partial(scg_variant, name) for name in SCG_VARIANTS},
     **{name: partial(episodic_variant, name) for name in EPISODIC_VARIANTS},
+    **{name: partial(profile_variant, name) for name in PROFILE_VARIANTS},
 }
 
 

@@ -21,6 +21,7 @@ from .refine import refine, turn_table
 from .structure import hit_text, turn_fields, with_header_tokens
 
 TURN_SPACE = "turn"
+Ranked = list[tuple[int, float]]
 log = logging.getLogger(__name__)
 
 
@@ -100,6 +101,15 @@ def embed_missing(ctx: EngineContext, space: str, turns: Sequence[Turn]) -> None
         embedder.name,
         [(item_id, h, v) for (item_id, _), h, v in zip(pending, hashes, vectors, strict=True)],
     )
+
+
+def fused_ranking(ctx: EngineContext, space: str, query: str, vector: np.ndarray, depth: int) -> Ranked:
+    """BM25 over `query` and dense over `vector` among the items of `space`, fused by weighted reciprocal rank
+    (`ctx.fusion_weights()`): the first ranking `hybrid` and the engines that keep raw turns share."""
+    lexical = [i for i, _ in ctx.bm25(space, query, depth)]
+    semantic = [i for i, _ in ctx.nearest(space, ctx.embedder.name, vector, depth)]
+    fused = reciprocal_rank_fusion([lexical, semantic], k=ctx.settings.rrf_k, weights=ctx.fusion_weights())
+    return [(int(i), s) for i, s in fused]
 
 
 class FullContext(TurnIndexer):
@@ -182,10 +192,7 @@ class HybridEngine(TurnIndexer):
 
     def fused(self, ctx: EngineContext, query: str, vector: np.ndarray, depth: int) -> list[tuple[int, float]]:
         """The first ranking: BM25 over `query` and dense over `vector`, fused by weighted reciprocal rank."""
-        lexical = [i for i, _ in self.bm25.ranked(ctx, query, depth)]
-        semantic = [i for i, _ in ctx.nearest(TURN_SPACE, ctx.embedder.name, vector, depth)]
-        fused = reciprocal_rank_fusion([lexical, semantic], k=ctx.settings.rrf_k, weights=ctx.fusion_weights())
-        return [(int(i), s) for i, s in fused]
+        return fused_ranking(ctx, TURN_SPACE, query, vector, depth)
 
     def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
         depth = max(self.depth, k)

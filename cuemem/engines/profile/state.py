@@ -1,0 +1,56 @@
+"""The hybrid preference memory's parameters (design 3): record backend, extraction, consolidation, retrieval."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .records import RECORD_TYPES
+
+BACKENDS = ("sqlite", "chroma")
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """Records are consolidated with the cosine thresholds `same` / `update` / `key_same`; search mixes a record's
+    similarity with a recency decay of half-life `half_life` days (weight `recency`), and fuses the records with
+    the turns' own ranking (`record_weight` against the turns' 1)."""
+
+    backend: str = "sqlite"  # where records live: "sqlite" (the store) or "chroma" (a chromadb.PersistentClient)
+    chroma_path: str = ""  # the Chroma directory; "" = beside the store file ("<db>.chroma")
+    model: bool = False  # also extract with the model (flat JSON, keys under constraint) over a window of turns
+    window: int = 4  # model mode: turns the model reads (the last is the one it extracts from)
+    same: float = 0.8  # cosine at or above which two statements are the same (reinforce)
+    update: float = 0.5  # cosine at or above which a statement phrased as a change replaces a record
+    key_same: float = 0.85  # cosine at or above which two slot names are the same slot
+    half_life: float = 365.0  # days: a record's recency weight halves over this much time before the question
+    recency: float = 0.3  # share of a record's score that decays with age (0 = similarity alone)
+    record_weight: float = 1.0  # weight of the record ranking in the fusion with the turn ranking
+    record_depth: int = 30  # records read from the record ranking before fusion
+    depth: int = 100  # ranks of the turn-level BM25 / dense rankings fused
+    cite: int = 3  # turn ids a record's hit cites (latest evidence, then earlier values'); all are in its detail
+    skip_speakers: str = "assistant,system"  # speakers whose words are not about themselves (comma-separated)
+    rules: str = ""  # a rule-table JSON file replacing the shipped one ("" = cuemem/data/profile_rules.json)
+    types: str = ""  # record types search reads (comma-separated; "" = all)
+    records_only: bool = False  # search returns records alone, no turns (an ablation: profile[records_only=1])
+
+    @property
+    def searched_types(self) -> tuple[str, ...]:
+        chosen = tuple(t.strip() for t in self.types.split(",") if t.strip())
+        return chosen or RECORD_TYPES
+
+    @property
+    def skipped(self) -> frozenset[str]:
+        return frozenset(s.strip().lower() for s in self.skip_speakers.split(",") if s.strip())
+
+    def check(self) -> None:
+        """Clear errors for settings that cannot work."""
+        if self.backend not in BACKENDS:
+            raise ValueError(f"profile backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        for name in ("same", "update", "key_same", "recency"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"profile {name} must be in [0, 1], got {getattr(self, name)}")
+        if self.half_life <= 0 or self.window < 1 or self.record_depth < 1 or self.depth < 1 or self.cite < 1:
+            raise ValueError("profile half_life must be > 0; window, record_depth, depth and cite >= 1")
+        unknown = set(self.searched_types) - set(RECORD_TYPES)
+        if unknown:
+            raise ValueError(f"profile types must be among {', '.join(RECORD_TYPES)}, got {', '.join(sorted(unknown))}")
