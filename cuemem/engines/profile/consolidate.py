@@ -19,7 +19,7 @@ class Thresholds:
     enough for a statement phrased as a change to replace it, `key` = two slot names that mean the same."""
 
     same: float = 0.8
-    update: float = 0.5
+    update: float = 0.3
     key: float = 0.85
 
 
@@ -165,8 +165,12 @@ def _find(pool: list[Record], c: Candidate, similar: Similarity, limits: Thresho
     best, r = scored[0]
     if best >= limits.same or normalise(r.value) == normalise(c.value):
         return r, "same" if _agrees(r, c) else "conflict"
-    if (c.update or c.polarity < 0) and best >= limits.update:
-        return r, "conflict"
+    if c.update or c.polarity < 0:  # phrased as a change: the closest record by value, or by slot name
+        near = [(max(similar(normalise(r.value), normalise(c.value)), similar(r.key, normalise(c.value))), r)
+                for r in pool]  # fmt: skip
+        closeness, r = max(near, key=lambda x: (x[0], x[1].last_seen))
+        if closeness >= limits.update:
+            return r, "conflict"
     return None, ""
 
 

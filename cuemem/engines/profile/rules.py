@@ -33,6 +33,12 @@ TRAILING_TIME = re.compile(
 )
 
 
+LEADING_FILLER = re.compile(
+    r"^(?:(?:so|well|honestly|actually|anyway|turns out|it turns out|these days|lately|now|and|but|oh)[, ]+)+",
+    re.IGNORECASE,
+)
+
+
 class RuleTableError(CuememError):
     """A rule table that cannot be used (unreadable file, bad JSON, unknown type, a pattern that does not compile)."""
 
@@ -63,6 +69,7 @@ class RuleTable:
                 continue
             taken: list[tuple[int, int]] = []
             cue = bool(self.update_cues.search(sentence))
+            found: list[tuple[int, Candidate]] = []
             for rule in self.rules:
                 for match in rule.pattern.finditer(sentence):
                     start, end = match.span()
@@ -71,7 +78,13 @@ class RuleTable:
                     candidate = self._candidate(rule, match, turn, subject, sentence, cue)
                     if candidate is not None:
                         taken.append((start, end))
-                        out.append(candidate)
+                        found.append((start, candidate))
+            found.sort(key=lambda x: x[0])
+            for (_, before), (_, after) in zip(found, found[1:], strict=False):
+                # "I no longer play tennis, these days I love yoga": the new value replaces the one just negated
+                if before.polarity < 0 < after.polarity and after.update and not after.old:
+                    after.old = before.value
+            out += [c for _, c in found]
         return out
 
     @staticmethod
@@ -104,7 +117,7 @@ class RuleTable:
 def clean_value(text: str) -> str:
     """A value as stored: trimmed, without a trailing time phrase ("Porto last month" -> "Porto"), at most
     MAX_VALUE_WORDS words, "" when it only points elsewhere."""
-    words = TRAILING_TIME.sub("", text.strip(" ,;:-\"'()")).split()
+    words = LEADING_FILLER.sub("", TRAILING_TIME.sub("", text.strip(" ,;:-\"'()"))).split()
     value = " ".join(words[:MAX_VALUE_WORDS]).rstrip(" ,;:-")
     bare = normalise(value)
     if len(bare) < 2 or bare in EMPTY_VALUES or not any(c.isalnum() for c in bare):
