@@ -151,9 +151,10 @@ def run(engines: list[str], users: int, embedder: str, out: Path | None, only: s
                     hits = memory.search(question, user_id=user["user"], k=10).hits
                     first = next((h.text for h in hits if any(mentions(h.text, v) for v in values)), "")
                     # a hit naming both old and new ("switched from X to Y") counts for the new value
+                    held = profile_correct(profile, values) if profile is not None else None
                     rows.append({"user": user["user"], "split": split[user["user"]], "slot": slot,
                                  "changes": len(values) - 1, "current_at_1": mentions(first, values[-1]),
-                                 "profile": profile_correct(profile, values) if profile is not None else None})  # fmt: skip
+                                 "profile": held})  # fmt: skip
         seconds = time.perf_counter() - started
         summary: dict[str, Any] = {"seconds": round(seconds, 1)}
         for part in ("dev", "test"):

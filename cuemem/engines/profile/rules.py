@@ -5,6 +5,7 @@ shape named by `ProfileConfig.rules`), so a language or a domain is a new table,
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -80,7 +81,7 @@ class RuleTable:
                         taken.append((start, end))
                         found.append((start, candidate))
             found.sort(key=lambda x: x[0])
-            for (_, before), (_, after) in zip(found, found[1:], strict=False):
+            for (_, before), (_, after) in itertools.pairwise(found):
                 # "I no longer play tennis, these days I love yoga": the new value replaces the one just negated
                 if before.polarity < 0 < after.polarity and after.update and not after.old:
                     after.old = before.value

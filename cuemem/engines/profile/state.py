@@ -20,8 +20,10 @@ class ProfileConfig:
     model: bool = False  # also extract with the model (flat JSON, keys under constraint) over a window of turns
     window: int = 4  # model mode: turns the model reads (the last is the one it extracts from)
     same: float = 0.8  # cosine at or above which two statements are the same (reinforce)
-    update: float = 0.3  # cosine (value or slot name) at or above which a statement phrased as a change replaces
-    # a record (drift fixture, dev half: 0.25 / 0.3 / 0.35 / 0.45 / 0.5 / 0.6 -> profile() 0.64 / 0.64 / 0.59 / 0.50 / 0.41 / 0.40)
+    # cosine (value or slot name) at or above which a statement phrased as a change replaces a record (drift
+    # fixture, dev half, MiniLM: 0.25 / 0.3 / 0.35 / 0.45 / 0.5 / 0.6 -> profile() 0.64 / 0.64 / 0.59 / 0.50 /
+    # 0.41 / 0.40)
+    update: float = 0.3
     key_same: float = 0.85  # cosine at or above which two slot names are the same slot
     half_life: float = 365.0  # days: a record's recency weight halves over this much time before the question
     recency: float = 0.3  # share of a record's score that decays with age (0 = similarity alone)
