@@ -590,6 +590,35 @@ def stats(
 
 @app.command()
 @handles_errors
+def profile(
+    user_id: UserOpt,
+    agent_id: AgentOpt = None,
+    run_id: RunOpt = None,
+    query: Annotated[str | None, typer.Option("--query", "-q", help="Records relevant to this, best first.")] = None,
+    types: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated record types: preference, profile, episodic, summary, tool_result."),
+    ] = None,
+    records: Annotated[bool, typer.Option("--records", help="Every record with its history, as JSON lines.")] = False,
+    subject: Annotated[
+        str | None, typer.Option(help="Whose profile (a speaker; default: the one with most records).")
+    ] = None,
+    engine: Annotated[str | None, typer.Option("--use", help="A profile engine (default: the engine setting).")] = None,
+) -> None:
+    """The namespace's current preferences and profile as JSON (engine `profile`): each value with its confidence,
+    evidence turn ids and earlier values. With --records or --query, the typed records themselves."""
+    kinds = [t.strip() for t in types.split(",") if t.strip()] if types else None
+    with _memory() as memory:
+        namespace = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
+        if records or query:
+            for row in memory.records(query, types=kinds, engine=engine, **namespace):
+                sys.stdout.write(_json_safe(json.dumps(row, ensure_ascii=False)) + "\n")
+            return
+        print_json(memory.profile(subject=subject, engine=engine, **namespace))
+
+
+@app.command()
+@handles_errors
 def get(turn_id: str, user_id: UserOpt, agent_id: AgentOpt = None, run_id: RunOpt = None) -> None:
     """Print one stored turn as JSON."""
     with _memory(read_only=True) as memory:

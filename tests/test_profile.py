@@ -463,3 +463,35 @@ def test_chroma_backend_survives_a_kill_mid_ingest(tmp_path: Path):
         expected = fresh.profile(user_id="u")
     assert len(turns) >= 30
     assert after == expected  # the Chroma records equal a clean ingest of the acknowledged log
+
+
+# --------------------------------------------------------------------------- CLI and benchmark plumbing
+def test_cuemem_profile_prints_the_profile_and_the_records(tmp_path: Path):
+    from test_cli import runner
+
+    from cuemem.cli import app
+
+    base = ["--db", str(tmp_path / "cli.db"), "--embedder", "hashing", "--engine", "profile"]
+    turns = tmp_path / "t.jsonl"
+    turns.write_text("\n".join(json.dumps(t) for t in DRIFT[:4]))
+    assert runner.invoke(app, [*base, "ingest", str(turns), "-u", "maya"]).exit_code == 0
+    shown = runner.invoke(app, [*base, "profile", "-u", "maya"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["profile"]["home"]["history"] == ["Lisbon"]
+    rows = runner.invoke(app, [*base, "profile", "-u", "maya", "--records", "--types", "profile"])
+    records = [json.loads(line) for line in rows.output.splitlines()]
+    assert records and {r["type"] for r in records} == {"profile"} and all("history" in r for r in records)
+    wrong = runner.invoke(app, [*base, "profile", "-u", "maya", "--use", "hybrid"])
+    assert wrong.exit_code != 0 and "keeps no records" in wrong.output
+
+
+def test_bench_types_keeps_only_those_questions(tmp_path: Path):
+    from test_bench import locomo_fixture
+
+    from cuemem.bench.runner import BenchConfig, conversations
+
+    data = locomo_fixture(tmp_path / "l.json")
+    config = BenchConfig("locomo", data, tmp_path / "out", ["bm25"], types=("4",))
+    kept = list(conversations(config))
+    assert kept and all(q.category == "4" for c in kept for q in c.questions)
+    assert list(conversations(BenchConfig("locomo", data, tmp_path / "out", ["bm25"], types=("9",)))) == []
