@@ -76,6 +76,9 @@ POSITIVES = [
     ("I'm allergic to peanuts.", "allergic", "profile", "allergy", "peanuts", 1),
     ("I've added 25 new postcards to my collection.", "count", "episodic", "", "25 new postcards to my collection", 1),
     ("I'm planning to visit Kyoto in April.", "plan", "episodic", "", "visit Kyoto in April", 1),
+    ("Any tips for my iPhone 13 Pro?", "my-named", "profile", "", "iPhone 13 Pro", 1),
+    ("Bouldering has replaced tennis for me.", "replaced", "preference", "", "Bouldering", 1),
+    ("These days I listen to techno.", "habit", "preference", "", "techno", 1),
 ]
 NEAR_MISSES = [
     "You prefer window seats, right?",  # not the speaker's own statement
@@ -85,6 +88,7 @@ NEAR_MISSES = [
     "They live in Lisbon.",
     "I'd love that!",
     "The hotel is near the beach.",
+    "My mom called about my car.",  # a relative and a common noun, not a named thing
 ]
 
 

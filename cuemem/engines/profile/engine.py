@@ -239,10 +239,16 @@ class ProfileEngine:
         fused = reciprocal_rank_fusion([[f"r{i}" for i in range(len(record_hits))],
                                         [f"t{i}" for i in range(len(turn_hits))]],
                                        k=ctx.settings.rrf_k, weights=(cfg.record_weight, 1.0))  # fmt: skip
-        out = []
-        for key, score in fused[:k]:
+        out: list[Hit] = []
+        shown: set[str] = set()
+        for key, score in fused:
             hit = record_hits[int(key[1:])] if key[0] == "r" else turn_hits[int(key[1:])]
+            if set(hit.turn_ids) <= shown:
+                continue  # every turn it cites is already cited by a better hit: it would only repeat them
+            shown.update(hit.turn_ids)
             out.append(replace(hit, score=float(score)))
+            if len(out) == k:
+                break
         return out
 
     def _hit(self, ctx: EngineContext, record: Record, score: float) -> Hit:

@@ -119,7 +119,7 @@ def clean_value(text: str) -> str:
     """A value as stored: trimmed, without a trailing time phrase ("Porto last month" -> "Porto"), at most
     MAX_VALUE_WORDS words, "" when it only points elsewhere."""
     words = LEADING_FILLER.sub("", TRAILING_TIME.sub("", text.strip(" ,;:-\"'()"))).split()
-    value = " ".join(words[:MAX_VALUE_WORDS]).rstrip(" ,;:-")
+    value = " ".join(words[:MAX_VALUE_WORDS]).rstrip(" ,;:-.!?")
     bare = normalise(value)
     if len(bare) < 2 or bare in EMPTY_VALUES or not any(c.isalnum() for c in bare):
         return ""
