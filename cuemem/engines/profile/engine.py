@@ -44,6 +44,12 @@ REQUEST = re.compile(
     re.IGNORECASE,
 )
 TOOL_SPEAKERS = frozenset({"tool", "function"})
+# Questions records are for: about the asker's own state, a preference, a change, or asking for advice.
+PERSONAL = re.compile(
+    r"\b(?:i|my|me|mine|i'm|i've|i'd|myself|prefer\w*|favou?rite|like|likes|love|enjoy\w*|recommend\w*|"
+    r"suggest\w*|advice|tips|now|currently|current|these days|anymore|still|usually)\b",
+    re.IGNORECASE,
+)
 
 
 class ProfileEngine:
@@ -230,6 +236,9 @@ class ProfileEngine:
         record_hits = [self._hit(ctx, r, s) for r, s in records]
         if cfg.records_only:
             return record_hits[:k]
+        weight = cfg.record_weight if PERSONAL.search(query) else cfg.other_weight
+        if weight <= 0:
+            record_hits = []
         space, depth = self.space("turn"), max(cfg.depth, k)
         ranked, detail = refine(ctx, space, query, vector, fused_ranking(ctx, space, query, vector, depth),
                                 lambda text, v: fused_ranking(ctx, space, text, v, depth))  # fmt: skip
@@ -238,7 +247,7 @@ class ProfileEngine:
             hit.detail = {**hit.detail, **detail}
         fused = reciprocal_rank_fusion([[f"r{i}" for i in range(len(record_hits))],
                                         [f"t{i}" for i in range(len(turn_hits))]],
-                                       k=ctx.settings.rrf_k, weights=(cfg.record_weight, 1.0))  # fmt: skip
+                                       k=ctx.settings.rrf_k, weights=(weight, 1.0))  # fmt: skip
         out: list[Hit] = []
         shown: set[str] = set()
         for key, score in fused:

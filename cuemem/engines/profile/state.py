@@ -27,7 +27,10 @@ class ProfileConfig:
     key_same: float = 0.85  # cosine at or above which two slot names are the same slot
     half_life: float = 365.0  # days: a record's recency weight halves over this much time before the question
     recency: float = 0.3  # share of a record's score that decays with age (0 = similarity alone)
-    record_weight: float = 1.0  # weight of the record ranking in the fusion with the turn ranking
+    record_weight: float = 1.0  # weight of the record ranking beside the turns', for questions about the asker or a
+    # preference ("my", "now", "prefer", "recommend" ...; engine.PERSONAL). LoCoMo dev R@10: 1.0 with the gate 0.783,
+    # without it 0.718; records off 0.784 (BENCHMARKS.md)
+    other_weight: float = 0.5  # the same for every other question (LoCoMo dev: R@10 equal to 0, R@budget +0.003)
     record_depth: int = 30  # records read from the record ranking before fusion
     depth: int = 100  # ranks of the turn-level BM25 / dense rankings fused
     cite: int = 3  # turn ids a record's hit cites (latest evidence, then earlier values'); all are in its detail
