@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=None)
     parser.add_argument("--split", default="dev")
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--types", default="", help="only questions of these comma-separated categories (as bench)")
     parser.add_argument("--embedder", default=None)
     parser.add_argument("--embed-cache", type=Path, default=None)
     parser.add_argument("--budget", type=int, default=4096)
@@ -78,7 +79,12 @@ def main() -> None:
     args = parser.parse_args()
     data = args.data or Settings().datasets / FILES[args.dataset]
     loader = load_locomo if args.dataset == "locomo" else load_longmemeval
-    convs = [c for c in loader(data) if split_of(args.dataset, c.id) == args.split][: args.limit]
+    convs = [c for c in loader(data) if split_of(args.dataset, c.id) == args.split]
+    wanted = {t.strip() for t in args.types.split(",") if t.strip()}
+    if wanted:  # the same selection as `cuemem bench --types`: other questions out, then empty conversations
+        convs = [c for c in (dataclasses.replace(c, questions=[q for q in c.questions if q.category in wanted])
+                             for c in convs) if c.questions]  # fmt: skip
+    convs = convs[: args.limit]
     base = {"embedder": args.embedder} if args.embedder else {}
     embedder = make_embedder(Settings.load(**base))
     if args.embed_cache:

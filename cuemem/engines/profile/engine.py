@@ -192,6 +192,8 @@ class ProfileEngine:
         w, half = self.config.recency, self.config.half_life
         scored = []
         for record, sim in found:
+            if sim < self.config.floor:
+                continue
             decay = 1.0
             when = _date(record.time)
             if now is not None and when is not None:
