@@ -609,12 +609,12 @@ def profile(
     evidence turn ids and earlier values. With --records or --query, the typed records themselves."""
     kinds = [t.strip() for t in types.split(",") if t.strip()] if types else None
     with _memory() as memory:
-        namespace = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
         if records or query:
-            for row in memory.records(query, types=kinds, engine=engine, **namespace):
+            rows = memory.records(query, types=kinds, engine=engine, user_id=user_id, agent_id=agent_id, run_id=run_id)
+            for row in rows:
                 sys.stdout.write(_json_safe(json.dumps(row, ensure_ascii=False)) + "\n")
             return
-        print_json(memory.profile(subject=subject, engine=engine, **namespace))
+        print_json(memory.profile(subject=subject, engine=engine, user_id=user_id, agent_id=agent_id, run_id=run_id))
 
 
 @app.command()
