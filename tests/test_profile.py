@@ -499,3 +499,14 @@ def test_bench_types_keeps_only_those_questions(tmp_path: Path):
     kept = list(conversations(config))
     assert kept and all(q.category == "4" for c in kept for q in c.questions)
     assert list(conversations(BenchConfig("locomo", data, tmp_path / "out", ["bm25"], types=("9",)))) == []
+
+
+def test_a_failing_model_leaves_the_rules_records_and_is_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    bad = {"type": "profile", "key": "not a key", "new_key": "", "value": "x", "confidence": 1}
+    client = LLMClient(Scripted([bad] * 40))
+    with Memory(tmp_path / "m.db", engine="profile-llm", embedder=HashingEmbedder(), llm=client) as memory:
+        memory.add([{"id": "f1", "speaker": "user", "text": "I live in Lisbon."}], user_id="u")
+        profile = memory.profile(user_id="u")
+        stats = memory.engine_stats(user_id="u")
+    assert profile["profile"]["home"]["value"] == "Lisbon"
+    assert stats["model_failed"] == 1 and "extraction failed on turn f1" in caplog.text

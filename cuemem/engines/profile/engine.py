@@ -145,6 +145,8 @@ class ProfileEngine:
             extra, why = model_candidates(ctx.llm, window, speaker, keys, when)
             if why:
                 stats[f"model_{why.split(':')[0]}"] = stats.get(f"model_{why.split(':')[0]}", 0) + 1
+            if why.startswith("failed"):  # the turn goes on with the rules' records; `cuemem stats` counts these
+                log.warning("profile: the model's extraction failed on turn %s, rules only: %s", turn.id, why)
             taken = {normalise(c.value) for c in found}
             found += [c for c in extra if normalise(c.value) not in taken]
         request = next((s.strip() for s in re.split(r"(?<=[.!?])\s+", turn.text) if REQUEST.match(s.strip())), "")
