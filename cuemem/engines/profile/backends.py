@@ -160,7 +160,7 @@ class ChromaRecords:
 
     def save(self, ctx: EngineContext, profile: Profile, changed: Sequence[Record], vectors: np.ndarray) -> None:
         col, key = self._collection(ctx), namespace_key(ctx)
-        dim = vectors.shape[1] if len(changed) else len(ctx.embed_query("state"))
+        dim = vectors.shape[1] if len(changed) else ctx.embedder.dim  # no model call just to size the state entry
         ids, embeddings, documents, metadatas = [self.STATE], [[1.0] + [0.0] * (dim - 1)], ["profile state"], [
             {"namespace": key, "kind": "state", "counter": profile.counter, "upto": profile.upto_id}]  # fmt: skip
         for record, vector in zip(changed, vectors, strict=True):
