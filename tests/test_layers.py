@@ -1,6 +1,6 @@
-"""The layers (issue 10): store -> index / llm / embed -> engines -> memory -> cli / bench, with no import running
-upward and no import cycle among cuemem's modules. Read from the source with `ast`: every import counts, at module
-level, inside functions, and under `if TYPE_CHECKING:`."""
+"""The layers (issue 10): store -> index / llm / embed -> engines -> memory -> agent / integrations -> server / cli /
+bench, with no import running upward and no import cycle among cuemem's modules. Read from the source with `ast`:
+every import counts, at module level, inside functions, and under `if TYPE_CHECKING:`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ LAYERS: list[tuple[int, list[str]]] = [
     (2, ["cuemem.index", "cuemem.index.*", "cuemem.llm", "cuemem.llm.*", "cuemem.embed", "cuemem.embed.*"]),
     (3, ["cuemem.engines", "cuemem.engines.*", "cuemem.answer"]),
     (4, ["cuemem.memory"]),
-    (5, ["cuemem.cli", "cuemem.bench", "cuemem.bench.*", "cuemem", "cuemem.__main__"]),
+    (5, ["cuemem.agent", "cuemem.agent.*", "cuemem.integrations", "cuemem.integrations.*"]),
+    (6, ["cuemem.server", "cuemem.server.*", "cuemem.cli", "cuemem.bench", "cuemem.bench.*", "cuemem",
+         "cuemem.__main__"]),
 ]
 
 

@@ -516,3 +516,33 @@ def test_concurrent_writers_and_readers(server: Server) -> None:
         with server.client(token) as c:
             stored = {t["id"] for t in c.get("/v1/memories").json()}
         assert {tid for u, tid in acknowledged if u == user} <= stored
+
+
+# ---------------------------------------------------------------------- MCP behind the same keys
+def test_mcp_endpoint_takes_the_keys_namespace(server: Server) -> None:
+    """`cuemem serve` mounts the MCP server at /mcp/: the SDK's own client, with a user key, works in that key's
+    namespace only; without a valid key the endpoint answers 401."""
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    token = server.key("mcp-user")
+
+    async def body() -> None:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
+        async with Client(streamable_http_client(f"{server.url}/mcp/", http_client=http)) as client:
+            tools = {tool.name for tool in (await client.list_tools()).tools}
+            assert tools == {"add_memory", "search_memory", "answer", "delete_memory"}
+            added = await client.call_tool("add_memory", {"text": "The MCP client parked on level 3."})
+            assert not added.is_error, added
+        await http.aclose()
+
+    anyio.run(body)
+    with server.client(token) as c:
+        assert [t["text"] for t in c.get("/v1/memories").json()] == ["The MCP client parked on level 3."]
+    with server.client() as c:
+        refused = c.post("/mcp/", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert refused.status_code == 401 and error_of(refused)["error"] == "unauthorized"
+    with server.client(server.admin) as c:
+        assert c.post("/mcp/", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).status_code == 401
