@@ -546,3 +546,33 @@ def test_mcp_endpoint_takes_the_keys_namespace(server: Server) -> None:
         assert refused.status_code == 401 and error_of(refused)["error"] == "unauthorized"
     with server.client(server.admin) as c:
         assert c.post("/mcp/", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).status_code == 401
+
+
+# ---------------------------------------------------------------------- the memory agent
+def test_chat_turns_use_memory_and_are_counted(server: Server) -> None:
+    """POST /v1/chat: the agent's reply, its tool steps and metrics; with memory on it stores the exchange in the
+    key's namespace, with memory off it reads and writes none; /metrics counts the turns and tool calls."""
+    token = server.key("chat-user")
+    with server.client(token) as c:
+        add(c, [{"id": "pref", "text": "I prefer window seats on long flights."}])
+        first = c.post("/v1/chat", json={"message": "What seat do I prefer on flights?", "session_id": "trip"})
+        assert first.status_code == 200, first.text
+        turn = first.json()
+        assert isinstance(turn["reply"], str) and turn["reply"]
+        assert {"latency_s", "tool_calls", "memory_hit", "prompt_tokens"} <= set(turn["metrics"])
+        assert all(step["tool"] in {"search_memory", "store_memory", "recall_profile", "calculator", "clock",
+                                    "file_search"} for step in turn["steps"])  # fmt: skip
+        stored = {t["id"] for t in c.get("/v1/memories").json()}
+        assert set(turn["stored_turn_ids"]) <= stored and len(stored) > 1
+        before = len(stored)
+        off = c.post("/v1/chat", json={"message": "What is 12 * 7?", "memory": False}).json()
+        assert not any(s["tool"] in {"search_memory", "store_memory", "recall_profile"} for s in off["steps"])
+        assert len(c.get("/v1/memories").json()) == before
+        assert c.post("/v1/chat", json={"message": "   "}).status_code == 422
+        text = c.get("/metrics").text
+    assert "cuemem_agent_turns_total" in text and "cuemem_agent_tool_calls_total{" in text
+    state = server.app.state.cuemem
+    assert any(key[0].user_id == "chat-user" for key in state._agents)
+    with server.client(token) as c:
+        assert c.delete("/v1/users/chat-user").status_code == 200
+    assert not any(key[0].user_id == "chat-user" for key in state._agents)  # its recent turns are forgotten too

@@ -222,7 +222,7 @@ class ServerState:
     started: float = field(default_factory=time.time)
     files_root: Any = None  # the folder the chat agent's file search may read (None: no file search)
     _write_locks: list[threading.Lock] = field(default_factory=lambda: [threading.Lock() for _ in range(64)])
-    _agents: OrderedDict[tuple[Namespace, str, bool], Any] = field(default_factory=OrderedDict)
+    _agents: OrderedDict[tuple[Namespace, str, bool], tuple[Any, threading.Lock]] = field(default_factory=OrderedDict)
     _agents_lock: threading.Lock = field(default_factory=threading.Lock)
     agent_metrics: Any = None
 
@@ -239,36 +239,25 @@ class ServerState:
         """The lock serialising writes to a namespace (striped: a bounded set of locks, however many users)."""
         return self._write_locks[hash(namespace) % len(self._write_locks)]
 
-    def agent(self, namespace: Namespace, session_id: str, memory_enabled: bool) -> Any:
-        """The chat agent of a conversation, kept for its recent turns (the 256 most recent conversations)."""
-        from ..agent import Agent  # the agent loads only where chat is used
+    def agent(self, namespace: Namespace, session_id: str, memory_enabled: bool) -> tuple[Any, threading.Lock]:
+        """The chat agent of a conversation and its lock (an agent is one conversation: one turn at a time), kept
+        for its recent turns; the 256 most recent conversations are kept."""
+        from ..agent import Agent, AgentMetrics  # the agent loads only where chat is used
 
         key = (namespace, session_id, memory_enabled)
         with self._agents_lock:
-            agent = self._agents.pop(key, None)
-            if agent is None:
-                agent = Agent(
-                    self.memory,
-                    user_id=namespace.user_id,
-                    agent_id=namespace.agent_id,
-                    run_id=namespace.run_id,
-                    memory_enabled=memory_enabled,
-                    session_id=session_id,
-                    files_root=self.files_root,
-                    on_turn=self._record_agent_turn,
-                )
-            self._agents[key] = agent
-            while len(self._agents) > 256:
-                self._agents.popitem(last=False)
-        return agent
-
-    def _record_agent_turn(self, turn: Any) -> None:
-        from ..agent import AgentMetrics
-
-        with self._agents_lock:
             if self.agent_metrics is None:
                 self.agent_metrics = AgentMetrics()
-        self.agent_metrics.record(turn)
+            entry = self._agents.pop(key, None)
+            if entry is None:
+                agent = Agent(self.memory, user_id=namespace.user_id, agent_id=namespace.agent_id,
+                              run_id=namespace.run_id, memory_enabled=memory_enabled, session_id=session_id,
+                              files_root=self.files_root, metrics=self.agent_metrics)  # fmt: skip
+                entry = (agent, threading.Lock())
+            self._agents[key] = entry
+            while len(self._agents) > 256:
+                self._agents.popitem(last=False)
+        return entry
 
     def forget_agents(self, namespace_prefix: Namespace | None = None) -> None:
         """Drop the chat agents (their recent turns) of a namespace and those under it, after a delete."""
@@ -308,20 +297,17 @@ class ServerState:
 
 
 def _agent_series(snapshot: dict[str, Any]) -> list[tuple[str, str, str, dict[str, str], float]]:
-    """Prometheus series from the agent's metrics snapshot: its scalar counts, and tool calls by tool/outcome."""
+    """Prometheus counters from the chat agent's metrics (`AgentMetrics.snapshot`): turns, degraded turns, memory
+    hits, latency, tokens and model calls, and tool calls by tool and outcome."""
     series: list[tuple[str, str, str, dict[str, str], float]] = []
-    tools = snapshot.get("tools") or snapshot.get("tool_calls_by_tool") or {}
     for name, value in sorted(snapshot.items()):
         if isinstance(value, int | float) and not isinstance(value, bool):
-            series.append((f"cuemem_agent_{name}", "gauge", f"Chat agent: {name.replace('_', ' ')}.", {},
-                           float(value)))  # fmt: skip
-    if isinstance(tools, dict):
-        for tool, outcomes in sorted(tools.items()):
-            if isinstance(outcomes, dict):
-                for outcome, count in sorted(outcomes.items()):
-                    if isinstance(count, int | float):
-                        series.append(("cuemem_agent_tool_calls", "gauge", "Chat agent tool calls by outcome.",
-                                       {"tool": str(tool), "outcome": str(outcome)}, float(count)))  # fmt: skip
+            metric = f"cuemem_agent_{name}" if name.endswith("_total") else f"cuemem_agent_{name}_total"
+            series.append((metric, "counter", f"Chat agent: {name.replace('_', ' ')}.", {}, float(value)))
+    for tool, outcomes in sorted((snapshot.get("tool_calls") or {}).items()):
+        for outcome, count in sorted(outcomes.items()):
+            series.append(("cuemem_agent_tool_calls_total", "counter", "Chat agent tool calls by tool and outcome.",
+                           {"tool": str(tool), "outcome": str(outcome)}, float(count)))  # fmt: skip
     return series
 
 
@@ -749,8 +735,8 @@ def create_app(
         or memory fails the turn goes on without it and says so. Returns the reply, the steps and the metrics."""
         namespace = scope(key, body.user_id, body.agent_id, body.run_id)
         message = bounded_text(body.message, "message")
-        agent = state.agent(namespace, body.session_id or "chat", body.memory)
-        with state.write_lock(namespace):
+        agent, lock = state.agent(namespace, body.session_id or "chat", body.memory)
+        with lock:
             turn = agent.turn(message, now=body.now)
         return _jsonable(turn.as_dict())
 

@@ -42,13 +42,15 @@ function renderTimeline(turns) {
     if (!sessions.has(turn.session_id)) sessions.set(turn.session_id, []);
     sessions.get(turn.session_id).push(turn);
   }
-  $("counts").textContent = `${sessions.size} sessions · ${turns.length} turns`;
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  $("counts").textContent = `${plural(sessions.size, "session")} · ${plural(turns.length, "turn")}`;
   if (!turns.length) box.append(el("p", "dim", "No memories in this namespace yet."));
   for (const [session, items] of sessions) {
     const block = el("div", "session");
     const stamps = items.map((t) => t.timestamp).filter(Boolean);
-    const span = stamps.length ? ` · ${stamps[0]}${stamps.length > 1 ? " → " + stamps[stamps.length - 1] : ""}` : "";
-    block.append(el("h3", "", `${session}${span} · ${items.length} turns`));
+    const first = stamps[0], last = stamps[stamps.length - 1];
+    const span = stamps.length ? ` · ${first}${last !== first ? " → " + last : ""}` : "";
+    block.append(el("h3", "", `${session}${span} · ${plural(items.length, "turn")}`));
     for (const turn of items) {
       const row = el("div", "turn");
       row.dataset.turnId = turn.id;
@@ -61,8 +63,8 @@ function renderTimeline(turns) {
   }
 }
 
-const LABEL_KEYS = ["scope", "segment", "events", "entity_types", "entities", "concepts", "type", "key", "kind",
-                    "session_id", "timestamp"];
+const LABEL_KEYS = ["scope", "segment", "events", "entity_types", "entities", "concepts", "people", "type", "key",
+                    "kind", "session_id", "timestamp"];
 
 function labels(detail) {
   const out = [];
