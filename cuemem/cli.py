@@ -1035,6 +1035,7 @@ def serve(
     rate: Annotated[float, typer.Option(help="Requests per second per key (0: unlimited).")] = 20.0,
     burst: Annotated[int, typer.Option(help="Requests a key may make at once before the rate applies.")] = 40,
     mcp: Annotated[bool, typer.Option("--mcp/--no-mcp", help="Serve MCP (streamable HTTP) at /mcp.")] = True,
+    agent_policy: Annotated[str, typer.Option(help="The chat agent's tool choice: guided, model, rules.")] = "guided",
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve memory over HTTP: REST under /v1 (API keys), /healthz, /metrics, MCP at /mcp, the browser page at /."""
@@ -1049,7 +1050,7 @@ def serve(
             style="yellow")  # fmt: skip
     limits = Limits(max_body_bytes=max_body_bytes, max_turns=max_turns, rate=rate, burst=burst)
     memory = _memory()
-    application = create_app(memory, ring, limits, files_root=files, mcp=mcp, host=host)
+    application = create_app(memory, ring, limits, files_root=files, mcp=mcp, host=host, agent_policy=agent_policy)
     say(f"cuemem serving {visible(memory.settings.db)} (engine {memory.engine.name}) on http://{host}:{port}/",
         to=err)  # fmt: skip
     try:
@@ -1069,6 +1070,9 @@ def chat(
     use_memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Search and store memory.")] = True,
     files: Annotated[Path | None, typer.Option(help="Folder the agent's file search may read.")] = None,
     tool_budget: Annotated[int, typer.Option(help="Most tool calls per turn.")] = 4,
+    policy: Annotated[
+        str, typer.Option(help="Tool choice: guided (the model picks among cued tools), model, rules.")
+    ] = "guided",
     now: Annotated[str | None, typer.Option(help="The date to take as today (default: the clock).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -1077,7 +1081,7 @@ def chat(
 
     with _memory() as memory:
         agent = Agent(memory, user_id=user_id, agent_id=agent_id, run_id=run_id, memory_enabled=use_memory,
-                      tool_budget=tool_budget, files_root=files, session_id=session)  # fmt: skip
+                      tool_budget=tool_budget, files_root=files, session_id=session, policy=policy)  # fmt: skip
         interactive = sys.stdin.isatty()
         while True:
             if interactive:

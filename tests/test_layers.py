@@ -18,8 +18,18 @@ LAYERS: list[tuple[int, list[str]]] = [
     (3, ["cuemem.engines", "cuemem.engines.*", "cuemem.answer"]),
     (4, ["cuemem.memory"]),
     (5, ["cuemem.agent", "cuemem.agent.*", "cuemem.integrations", "cuemem.integrations.*"]),
-    (6, ["cuemem.server", "cuemem.server.*", "cuemem.cli", "cuemem.bench", "cuemem.bench.*", "cuemem",
-         "cuemem.__main__"]),
+    (
+        6,
+        [
+            "cuemem.server",
+            "cuemem.server.*",
+            "cuemem.cli",
+            "cuemem.bench",
+            "cuemem.bench.*",
+            "cuemem",
+            "cuemem.__main__",
+        ],
+    ),
 ]
 
 

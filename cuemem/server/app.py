@@ -221,6 +221,7 @@ class ServerState:
     metrics: Registry = field(default_factory=Registry)
     started: float = field(default_factory=time.time)
     files_root: Any = None  # the folder the chat agent's file search may read (None: no file search)
+    agent_policy: str = "guided"  # the chat agent's tool choice (cuemem.agent.loop.POLICIES)
     _write_locks: list[threading.Lock] = field(default_factory=lambda: [threading.Lock() for _ in range(64)])
     _agents: OrderedDict[tuple[Namespace, str, bool], tuple[Any, threading.Lock]] = field(default_factory=OrderedDict)
     _agents_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -252,7 +253,8 @@ class ServerState:
             if entry is None:
                 agent = Agent(self.memory, user_id=namespace.user_id, agent_id=namespace.agent_id,
                               run_id=namespace.run_id, memory_enabled=memory_enabled, session_id=session_id,
-                              files_root=self.files_root, metrics=self.agent_metrics)  # fmt: skip
+                              files_root=self.files_root, metrics=self.agent_metrics,
+                              policy=self.agent_policy)  # fmt: skip
                 entry = (agent, threading.Lock())
             self._agents[key] = entry
             while len(self._agents) > 256:
@@ -392,11 +394,17 @@ def create_app(
     files_root: Any = None,
     mcp: bool = True,
     host: str = "127.0.0.1",
+    agent_policy: str = "guided",
 ) -> FastAPI:
     """The FastAPI app serving `memory`: REST under /v1, /healthz, /metrics, the browser page at /, and the MCP
     server (streamable HTTP) at /mcp/ when the `mcp` SDK is installed. `host`, the address served, sets the MCP
     endpoint's DNS-rebinding protection (loopback: only local Host/Origin headers)."""
-    state = ServerState(memory=memory, keys=keys, limits=limits or Limits(), files_root=files_root)
+    from ..agent.loop import POLICIES
+
+    if agent_policy not in POLICIES:
+        raise ValueError(f"unknown agent policy {agent_policy!r}: choose {', '.join(POLICIES)}")
+    state = ServerState(memory=memory, keys=keys, limits=limits or Limits(), files_root=files_root,
+                        agent_policy=agent_policy)  # fmt: skip
     mcp_app, mcp_lifespan = _mcp_parts(state, host) if mcp else (None, None)
 
     @asynccontextmanager
