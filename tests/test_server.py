@@ -576,3 +576,73 @@ def test_chat_turns_use_memory_and_are_counted(server: Server) -> None:
     with server.client(token) as c:
         assert c.delete("/v1/users/chat-user").status_code == 200
     assert not any(key[0].user_id == "chat-user" for key in state._agents)  # its recent turns are forgotten too
+
+
+# ---------------------------------------------------------------------- kill -9 mid-load
+def test_kill_9_mid_load_loses_no_acknowledged_write(tmp_path: Path) -> None:
+    """`cuemem serve` in its own process, four clients writing; SIGKILL mid-load, restart on the same store:
+    every write that got its 200 is there (benchmarks/load.py runs the same at 50 clients)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    db = tmp_path / "srv.db"
+    ring = KeyRing(str(db) + ".keys")
+    tokens = [ring.create(user_id=f"w{i}")[1] for i in range(4)]
+    ring.close()
+
+    def start(port: int) -> subprocess.Popen[bytes]:
+        command = [sys.executable, "-m", "cuemem.cli", "--db", str(db), "--engine", "bm25", "--embedder", "hashing",
+                   "serve", "--port", str(port), "--rate", "0", "--no-mcp", "--log-level", "warning"]  # fmt: skip
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    return process
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        process.kill()
+        raise AssertionError("cuemem serve did not start")
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = start(port)
+    acked: list[set[str]] = [set() for _ in tokens]
+    stop = threading.Event()
+
+    def writer(i: int) -> None:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": tokens[i]}, timeout=10) as c:
+            n = 0
+            while not stop.is_set():
+                tid = f"w{i}-{n}"
+                try:
+                    response = add(c, [{"id": tid, "text": f"write {n} of client {i}"}])
+                except httpx.HTTPError:
+                    return  # the server is gone: this write was never acknowledged
+                if response.status_code == 200:
+                    acked[i].add(tid)
+                n += 1
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(len(tokens))]
+    for thread in threads:
+        thread.start()
+    time.sleep(2.0)
+    os.killpg(server.pid, signal.SIGKILL)
+    server.wait()
+    stop.set()
+    for thread in threads:
+        thread.join(15)
+    assert sum(map(len, acked)) > 20  # the kill came mid-load, not before it
+    server = start(port)
+    try:
+        for i, token in enumerate(tokens):
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": token}) as c:
+                stored = {t["id"] for t in c.get("/v1/memories", params={"limit": 5000}).json()}
+            assert acked[i] <= stored, sorted(acked[i] - stored)[:5]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(30)
