@@ -1099,7 +1099,8 @@ def chat(
             for note in turn.degraded:
                 say(f"  ! {visible(note)}", to=err, style="yellow")
             tools = ", ".join(f"{s.tool}{'' if s.ok else ' (failed)'}" for s in turn.steps) or "none"
-            say(f"  tools: {visible(tools)} · memory hit: {'yes' if turn.memory_hit else 'no'} ·"
+            cites = f" · cites {', '.join(turn.cited_turn_ids)}" if turn.cited_turn_ids else ""
+            say(f"  tools: {visible(tools)}{visible(cites)} · memory hit: {'yes' if turn.memory_hit else 'no'} ·"
                 f" {turn.latency_s:.1f} s · {turn.prompt_tokens}+{turn.completion_tokens} tokens", to=err,
                 style="dim")  # fmt: skip
 

@@ -349,3 +349,39 @@ def test_llm_purge_empties_the_call_cache_file(tmp_path, monkeypatch):
     r = cli(tmp_path, "llm", "purge")
     assert r.exit_code == 0 and "purged 1 cached calls" in r.output
     assert not any(b"a secret prompt" in p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("calls.db"))
+
+
+def test_keys_commands_show_a_token_once_and_keep_only_its_hash(tmp_path):
+    created = cli(tmp_path, "keys", "create", "--user-id", "ann", "--label", "laptop", "--json")
+    assert created.exit_code == 0, created.output
+    key = json.loads(created.stdout)
+    assert key["key"].startswith("cm_") and key["user_id"] == "ann" and key["label"] == "laptop"
+    listed = cli(tmp_path, "keys", "list", "--json")
+    assert [k["id"] for k in json.loads(listed.stdout)] == [key["id"]] and key["key"] not in listed.output
+    assert key["key"].rsplit("_", 1)[1].encode() not in (tmp_path / "cli.db.keys").read_bytes()
+    both = cli(tmp_path, "keys", "create", "--admin", "--user-id", "ann")
+    assert both.exit_code == 1 and "admin key is bound to no namespace" in both.output
+    assert cli(tmp_path, "keys", "revoke", key["id"]).exit_code == 0
+    again = cli(tmp_path, "keys", "revoke", key["id"])
+    assert again.exit_code == 1 and "no live key" in again.output
+
+
+def test_chat_with_the_model_down_still_answers_every_turn(tmp_path, monkeypatch):
+    """`cuemem chat` reads one turn a line; with the model endpoint down, each turn still gets a reply from its tools
+    (the calculator's result), saying what degraded."""
+    monkeypatch.setenv("CUEMEM_LLM", "openai")
+    monkeypatch.setenv("CUEMEM_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("CUEMEM_LLM_RETRIES", "0")
+    monkeypatch.setenv("CUEMEM_LLM_CACHE", "off")
+    lines = "What is 17 * 23?\n\nMy sister is called Ines.\n"  # the empty line is skipped
+    args = ["--db", str(tmp_path / "cli.db"), "--embedder", "hashing", "--engine", "bm25"]
+    args += ["chat", "-u", "ann", "--json"]
+    r = runner.invoke(app, args, input=lines)
+    assert r.exit_code == 0, r.output
+    decoder, text, turns = json.JSONDecoder(), r.stdout.strip(), []
+    while text:  # one JSON document per turn
+        turn, end = decoder.raw_decode(text)
+        turns.append(turn)
+        text = text[end:].strip()
+    assert len(turns) == 2 and "391" in turns[0]["reply"]
+    assert all(t["degraded"] for t in turns) and any("model" in note for note in turns[0]["degraded"])
