@@ -7,6 +7,7 @@ that prefix (403 otherwise). Library calls run in the server's thread pool, off 
 side, writes are serialised per namespace.
 """
 
+import contextvars
 import json
 import logging
 import math
@@ -14,7 +15,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from importlib import resources
@@ -466,10 +467,7 @@ def create_app(
 
     # ------------------------------------------------------------------ auth and rate limit
     def authenticated(request: Request) -> ApiKey:
-        token = request.headers.get("x-api-key")
-        auth = request.headers.get("authorization", "")
-        if token is None and auth[:7].lower() == "bearer ":
-            token = auth[7:].strip()
+        token = token_of(request.headers)
         if not token:
             state.metrics.inc("cuemem_auth_failures_total", reason="missing")
             raise ApiError(401, "unauthorized", "an API key is required: send 'Authorization: Bearer cm_...'",
@@ -809,25 +807,24 @@ def _mcp_parts(state: ServerState, host: str) -> tuple[Any, Any]:
     return mcp_app, lambda: mcp_app.router.lifespan_context(mcp_app)
 
 
-_namespace_var: Any = None
+_MCP_NAMESPACE: contextvars.ContextVar[Namespace | None] = contextvars.ContextVar("cuemem_mcp_namespace", default=None)
 
 
 def current_namespace() -> Namespace:
     """The namespace of the MCP request being served (set by `_McpAuth` from its key)."""
-    var = _namespace_contextvar()
-    namespace = var.get(None)
+    namespace = _MCP_NAMESPACE.get()
     if namespace is None:
         raise PermissionError("no API key: this MCP endpoint needs 'Authorization: Bearer cm_...'")
     return namespace
 
 
-def _namespace_contextvar() -> Any:
-    global _namespace_var
-    if _namespace_var is None:
-        import contextvars
-
-        _namespace_var = contextvars.ContextVar("cuemem_mcp_namespace", default=None)
-    return _namespace_var
+def token_of(headers: Mapping[str, str]) -> str | None:
+    """The API key a request carries (lower-cased header names): `X-API-Key`, else `Authorization: Bearer`."""
+    token = headers.get("x-api-key")
+    auth = headers.get("authorization", "")
+    if token is None and auth[:7].lower() == "bearer ":
+        token = auth[7:].strip()
+    return token or None
 
 
 class _McpAuth:
@@ -841,11 +838,7 @@ class _McpAuth:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
-        token = headers.get("x-api-key")
-        auth = headers.get("authorization", "")
-        if token is None and auth[:7].lower() == "bearer ":
-            token = auth[7:].strip()
-        key = self.state.keys.verify(token)
+        key = self.state.keys.verify(token_of(headers))
         if key is None or key.admin or key.user_id is None:
             self.state.metrics.inc("cuemem_auth_failures_total", reason="mcp")
             await _error(401, "unauthorized", "the MCP endpoint needs a valid user API key")(scope, receive, send)
@@ -855,9 +848,8 @@ class _McpAuth:
             await _error(429, "rate_limited", f"too many requests for this key: retry in {wait:.2f} s",
                          {"Retry-After": RateLimiter.retry_after(wait)})(scope, receive, send)  # fmt: skip
             return
-        var = _namespace_contextvar()
-        token_var = var.set(Namespace(key.user_id, key.agent_id))
+        bound = _MCP_NAMESPACE.set(Namespace(key.user_id, key.agent_id))
         try:
             await self.app(scope, receive, send)
         finally:
-            var.reset(token_var)
+            _MCP_NAMESPACE.reset(bound)
