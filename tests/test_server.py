@@ -374,6 +374,25 @@ def test_bad_input_gets_a_clear_4xx(server: Server, method: str, path: str, kwar
     assert data["error"] == kind and says in data["message"], data
 
 
+def test_a_streamed_body_over_the_limit_is_a_413(server: Server) -> None:
+    """Without Content-Length (chunked), the body is counted as it arrives and refused where it passes the limit
+    (64 KiB for JSON, 256 KiB for an import in this server)."""
+
+    def chunks(kib: int) -> Iterator[bytes]:
+        yield b'{"messages": ["'
+        for _ in range(kib):
+            yield b"x" * 1024
+        yield b'"]}'
+
+    with server.client(server.alice) as c:
+        for path, kib in (("/v1/memories", 100), ("/v1/import", 300)):
+            response = c.post(path, content=chunks(kib), headers=JSON)
+            assert "content-length" not in response.request.headers
+            assert response.status_code == 413, response.text
+            assert error_of(response)["error"] == "too_large" and "limit" in error_of(response)["message"]
+        assert c.post("/v1/import", content=chunks(100)).status_code == 200  # under the import limit: read
+
+
 def test_library_messages_reach_the_client(server: Server) -> None:
     """The same message the library raises: a turn over the size limit, with every message named."""
     with server.client(server.alice) as c:

@@ -315,10 +315,6 @@ def _agent_series(snapshot: dict[str, Any]) -> list[tuple[str, str, str, dict[st
 
 
 # ---------------------------------------------------------------------- ASGI middleware: size limit and metrics
-class _TooLarge(Exception):
-    pass
-
-
 class LimitsAndMetrics:
     """Refuses bodies over the limit (413, before the route reads them) and counts every request by route."""
 
@@ -346,8 +342,8 @@ class LimitsAndMetrics:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise _TooLarge
+                if seen > limit:  # a body streamed without Content-Length: stopped where it passes the limit
+                    raise StarletteHTTPException(413, f"the request body is over the limit of {limit} bytes")
             return message
 
         async def tracked_send(message: Message) -> None:
@@ -357,9 +353,6 @@ class LimitsAndMetrics:
 
         try:
             await self.app(scope, counted_receive, tracked_send)
-        except _TooLarge:
-            if not status["started"]:
-                await self._refuse(send, status, limit)
         except Exception:
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
             if not status["started"]:
@@ -448,7 +441,8 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        kind = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        kinds = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+        kind = kinds.get(exc.status_code, "http_error")
         message = str(exc.detail)
         if message.startswith("There was an error parsing the body"):
             message = "the body is not valid JSON: it could not be decoded (JSON must be UTF-8)"
