@@ -86,6 +86,7 @@ class Memory:
         self._embedder = embedder
         self._llm = llm
         self.tokens: TokenCounter = default_counter()
+        self._forget_listeners: list[Callable[[Namespace], None]] = []
 
     # ------------------------------------------------------------------ plumbing
     def close(self) -> None:
@@ -491,12 +492,19 @@ class Memory:
             self._forget(ns, namespace)
         return deleted
 
+    def on_forget(self, listener: Callable[[Namespace], None]) -> None:
+        """Call `listener(namespace)` after every delete or reindex of a namespace, so that state kept outside the
+        store (a server's chat agents and their recent turns) is dropped with the turns it may quote."""
+        self._forget_listeners.append(listener)
+
     def _forget(self, ns: int, namespace: Namespace) -> None:
         """Tell the engine a namespace lost turns, for derived state kept outside the store (the profile engine's
-        Chroma records): it drops that state now; it is rebuilt from the log on next use."""
+        Chroma records): it drops that state now; it is rebuilt from the log on next use. Then tell the listeners."""
         forget = getattr(self.engine, "forget", None)
         if forget is not None:
             forget(self._context(ns, namespace))
+        for listener in self._forget_listeners:
+            listener(namespace)
 
     def engine_stats(
         self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None, engine: str | None = None

@@ -590,11 +590,16 @@ def test_chat_turns_use_memory_and_are_counted(server: Server) -> None:
         assert c.post("/v1/chat", json={"message": "   "}).status_code == 422
         text = c.get("/metrics").text
     assert "cuemem_agent_turns_total" in text and "cuemem_agent_tool_calls_total{" in text
+    assert 'cuemem_model_calls_total{stage="' in text and 'cuemem_model_tokens_total{kind="prompt",stage="' in text
     state = server.app.state.cuemem
     assert any(key[0].user_id == "chat-user" for key in state._agents)
-    with server.client(token) as c:
-        assert c.delete("/v1/users/chat-user").status_code == 200
+    state.memory.delete("pref", user_id="chat-user")  # any delete, not only one through REST (MCP, the library)
     assert not any(key[0].user_id == "chat-user" for key in state._agents)  # its recent turns are forgotten too
+    with server.client(token) as c:
+        assert c.post("/v1/chat", json={"message": "Hello again", "session_id": "trip"}).status_code == 200
+        assert any(key[0].user_id == "chat-user" for key in state._agents)
+        assert c.delete("/v1/users/chat-user").status_code == 200
+    assert not any(key[0].user_id == "chat-user" for key in state._agents)
 
 
 # ---------------------------------------------------------------------- kill -9 mid-load

@@ -262,36 +262,46 @@ class ServerState:
                 self._agents.popitem(last=False)
         return entry
 
-    def forget_agents(self, namespace_prefix: Namespace | None = None) -> None:
-        """Drop the chat agents (their recent turns) of a namespace and those under it, after a delete."""
+    def forget_agents(self, namespace: Namespace) -> None:
+        """Drop a namespace's chat agents (their recent turns), after any delete there (`Memory.on_forget`)."""
         with self._agents_lock:
-            for key in list(self._agents):
-                ns = key[0]
-                if namespace_prefix is None or (
-                    ns.user_id == namespace_prefix.user_id
-                    and (namespace_prefix.agent_id is None or ns.agent_id == namespace_prefix.agent_id)
-                    and (namespace_prefix.run_id is None or ns.run_id == namespace_prefix.run_id)
-                ):
-                    del self._agents[key]
+            for key in [key for key in self._agents if key[0] == namespace]:
+                del self._agents[key]
+
+    def admit(self, token: str | None) -> ApiKey:
+        """The key a request carries, checked (401 when missing or not valid) and charged to its rate (429)."""
+        if not token:
+            self.metrics.inc("cuemem_auth_failures_total", reason="missing")
+            raise ApiError(401, "unauthorized", "an API key is required: send 'Authorization: Bearer cm_...'",
+                           {"WWW-Authenticate": "Bearer"})  # fmt: skip
+        key = self.keys.verify(token)
+        if key is None:
+            self.metrics.inc("cuemem_auth_failures_total", reason="invalid")
+            raise ApiError(401, "unauthorized", "the API key is not valid (unknown, revoked or mistyped)",
+                           {"WWW-Authenticate": "Bearer"})  # fmt: skip
+        wait = self.limiter.take(key.id)
+        if wait > 0:
+            self.metrics.inc("cuemem_rate_limited_total")
+            raise ApiError(429, "rate_limited", f"too many requests for this key: retry in {wait:.2f} s",
+                           {"Retry-After": RateLimiter.retry_after(wait)})  # fmt: skip
+        return key
 
     def scrape(self) -> str:
         """The /metrics text: the request counters plus model calls and agent turns read now."""
         extra: list[tuple[str, str, str, dict[str, str], float]] = []
         client = self.memory._llm
-        if client is not None:
-            for stage, stats in sorted(client.stats().items()):
-                extra.append(("cuemem_model_calls_total", "counter", "Model calls by stage.", {"stage": stage},
-                              stats["calls"]))  # fmt: skip
-            for stage, stats in sorted(client.stats().items()):
-                extra.append(("cuemem_model_cached_calls_total", "counter", "Model calls answered from the cache.",
-                              {"stage": stage}, stats["cached"]))  # fmt: skip
-            for stage, stats in sorted(client.stats().items()):
-                for kind in ("prompt", "completion"):
-                    extra.append(("cuemem_model_tokens_total", "counter", "Model tokens by stage and kind.",
-                                  {"stage": stage, "kind": kind}, stats[f"{kind}_tokens"]))  # fmt: skip
-            for stage, stats in sorted(client.stats().items()):
-                extra.append(("cuemem_model_seconds_total", "counter", "Seconds spent in model calls.",
-                              {"stage": stage}, stats["seconds"]))  # fmt: skip
+        stages = sorted(client.stats().items()) if client is not None else []  # one snapshot for every series
+        model_series = [  # (name, help, the stage's field, extra labels); series grouped by name, as the format wants
+            ("cuemem_model_calls_total", "Model calls by stage.", "calls", {}),
+            ("cuemem_model_cached_calls_total", "Model calls answered from the cache.", "cached", {}),
+            ("cuemem_model_tokens_total", "Model tokens by stage and kind.", "prompt_tokens", {"kind": "prompt"}),
+            ("cuemem_model_tokens_total", "Model tokens by stage and kind.", "completion_tokens",
+             {"kind": "completion"}),
+            ("cuemem_model_seconds_total", "Seconds spent in model calls.", "seconds", {}),
+        ]  # fmt: skip
+        for name, text, column, labels in model_series:
+            for stage, stats in stages:
+                extra.append((name, "counter", text, {"stage": stage, **labels}, stats[column]))
         if self.agent_metrics is not None:
             extra.extend(_agent_series(self.agent_metrics.snapshot()))
         extra.append(("cuemem_uptime_seconds", "gauge", "Seconds since the server started.", {},
@@ -417,6 +427,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.cuemem = state
+    memory.on_forget(state.forget_agents)  # any delete, whichever way it comes (REST, MCP), forgets the agents
     limits = state.limits
 
     # ------------------------------------------------------------------ errors: always JSON, always the message
@@ -461,22 +472,7 @@ def create_app(
 
     # ------------------------------------------------------------------ auth and rate limit
     def authenticated(request: Request) -> ApiKey:
-        token = token_of(request.headers)
-        if not token:
-            state.metrics.inc("cuemem_auth_failures_total", reason="missing")
-            raise ApiError(401, "unauthorized", "an API key is required: send 'Authorization: Bearer cm_...'",
-                           {"WWW-Authenticate": "Bearer"})  # fmt: skip
-        key = keys.verify(token)
-        if key is None:
-            state.metrics.inc("cuemem_auth_failures_total", reason="invalid")
-            raise ApiError(401, "unauthorized", "the API key is not valid (unknown, revoked or mistyped)",
-                           {"WWW-Authenticate": "Bearer"})  # fmt: skip
-        wait = state.limiter.take(key.id)
-        if wait > 0:
-            state.metrics.inc("cuemem_rate_limited_total")
-            raise ApiError(429, "rate_limited", f"too many requests for this key: retry in {wait:.2f} s",
-                           {"Retry-After": RateLimiter.retry_after(wait)})  # fmt: skip
-        return key
+        return state.admit(token_of(request.headers))
 
     Key = Annotated[ApiKey, Depends(authenticated)]
 
@@ -635,7 +631,6 @@ def create_app(
         namespace = scope(key, user_id, agent_id, run_id)
         with state.write_lock(namespace):
             memory.delete(turn_id, **ids(namespace))
-        state.forget_agents(namespace)
         return {"deleted": [turn_id], "namespace": ids(namespace)}
 
     @app.delete("/v1/sessions/{session_id:path}", tags=["memories"])
@@ -648,7 +643,6 @@ def create_app(
             count = memory.delete_session(session_id, **ids(namespace))
         if count == 0:
             raise ApiError(404, "not_found", f"no session {session_id!r} in ({namespace})")
-        state.forget_agents(namespace)
         return {"deleted_turns": count, "session_id": session_id, "namespace": ids(namespace)}
 
     @app.delete("/v1/users/{user_id:path}", tags=["memories"])
@@ -657,7 +651,6 @@ def create_app(
         namespace = scope(key, user_id, agent_id, run_id)
         with state.write_lock(namespace):
             deleted = memory.delete_all(**ids(namespace))
-        state.forget_agents(namespace)
         return {"deleted": [{"namespace": ns.as_dict(), "turns": n} for ns, n in deleted]}
 
     @app.post("/v1/answer", tags=["memories"], response_model=AnswerResponse)
@@ -832,15 +825,12 @@ class _McpAuth:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
-        key = self.state.keys.verify(token_of(headers))
-        if key is None or key.admin or key.user_id is None:
-            self.state.metrics.inc("cuemem_auth_failures_total", reason="mcp")
-            await _error(401, "unauthorized", "the MCP endpoint needs a valid user API key")(scope, receive, send)
-            return
-        wait = self.state.limiter.take(key.id)
-        if wait > 0:
-            await _error(429, "rate_limited", f"too many requests for this key: retry in {wait:.2f} s",
-                         {"Retry-After": RateLimiter.retry_after(wait)})(scope, receive, send)  # fmt: skip
+        try:
+            key = self.state.admit(token_of(headers))
+            if key.admin or key.user_id is None:
+                raise ApiError(401, "unauthorized", "the MCP endpoint needs a user API key, not an admin key")
+        except ApiError as exc:
+            await _error(exc.status, exc.kind, exc.message, exc.headers)(scope, receive, send)
             return
         bound = _MCP_NAMESPACE.set(Namespace(key.user_id, key.agent_id))
         try:
