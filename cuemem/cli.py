@@ -31,7 +31,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from .config import Settings, default_config_file
+from .config import Settings, default_config_file, is_dsn
 from .engines import available_engines
 from .engines.structure import session_header
 from .errors import CuememError
@@ -43,6 +43,7 @@ from .models.fetcher import fetch as fetch_model
 from .models.fetcher import remove as remove_model
 from .models.fetcher import status as model_status
 from .models.fetcher import verify as verify_models
+from .store import display_target
 from .types import Namespace, Retrieval
 
 app = typer.Typer(help="cuemem: long-term memory for LLM agents.", no_args_is_help=True, add_completion=False)
@@ -59,7 +60,7 @@ ENGINE_HELP = f"Engine: {', '.join(available_engines())} (default: setting engin
 
 
 class State:
-    db: Path | None = None
+    db: str | None = None
     engine: str | None = None
     embedder: str | None = None
     config: Path | None = None
@@ -123,7 +124,11 @@ def _settings(**overrides: Any) -> Settings:
 
 @app.callback()
 def main(
-    db: Annotated[Path | None, typer.Option(help="Store file (default: $CUEMEM_DB or the user data dir).")] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(help="Store: a SQLite file, or a PostgreSQL DSN postgresql://… (default: $CUEMEM_DB or the user"
+                     " data dir)."),
+    ] = None,
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
     embedder: Annotated[
         str | None,
@@ -430,7 +435,7 @@ def llm_stats(as_json: JsonOpt = False) -> None:
     client = _client()
     rows = [{"cache": "file", **r} for r in (client.cache.summary() if client.cache else [])]
     settings = _settings(db=state.db)
-    if settings.db.is_file():
+    if is_dsn(settings.db) or Path(settings.db).is_file():
         with Memory(settings=settings, read_only=True) as memory:
             rows += [{"cache": "store", **r} for r in memory.store.call_summary()]
     if as_json:
@@ -679,7 +684,8 @@ def export(
             n = memory.export(stream, user_id=user_id, agent_id=agent_id, run_id=run_id)
     else:
         settings = _settings(db=state.db, engine=state.engine, embedder=state.embedder)
-        _refuse_store_files(output, settings.db)
+        if not is_dsn(settings.db):
+            _refuse_store_files(output, Path(settings.db))
         with _memory(read_only=True) as memory, _replaced_on_success(output) as fh:
             n = memory.export(fh, user_id=user_id, agent_id=agent_id, run_id=run_id)
     say(f"exported {n} turns", to=err)
@@ -1051,7 +1057,7 @@ def serve(
     limits = Limits(max_body_bytes=max_body_bytes, max_turns=max_turns, rate=rate, burst=burst)
     memory = _memory()
     application = create_app(memory, ring, limits, files_root=files, mcp=mcp, host=host, agent_policy=agent_policy)
-    say(f"cuemem serving {visible(memory.settings.db)} (engine {memory.engine.name}) on http://{host}:{port}/",
+    say(f"cuemem serving {visible(display_target(memory.settings.db))} (engine {memory.engine.name}) on http://{host}:{port}/",
         to=err)  # fmt: skip
     try:
         uvicorn.run(application, host=host, port=port, log_level=log_level)

@@ -18,6 +18,24 @@ def default_db_path() -> Path:
     return Path(platformdirs.user_data_dir("cuemem")) / "cuemem.db"
 
 
+def is_dsn(target: object) -> bool:
+    """Whether a store target names a PostgreSQL database (`postgresql://…`) rather than a SQLite file."""
+    return isinstance(target, str) and target.lower().startswith(("postgresql://", "postgres://"))
+
+
+def beside_store(db: Path | str, suffix: str) -> Path:
+    """A file that belongs with a store (its API keys, a Chroma folder): `<db><suffix>` beside a SQLite file; for a
+    PostgreSQL DSN, in the user data dir under a name derived from the DSN without its password."""
+    if not is_dsn(db):
+        return Path(f"{db}{suffix}")
+    import hashlib
+
+    from .store.postgres import redact
+
+    digest = hashlib.sha1(redact(str(db)).encode("utf-8")).hexdigest()[:12]
+    return Path(platformdirs.user_data_dir("cuemem")) / f"postgres-{digest}{suffix}"
+
+
 def default_config_file() -> Path | None:
     """`$CUEMEM_CONFIG`, else the user config directory's `cuemem/config.toml`, else none.
 
@@ -35,7 +53,8 @@ def default_config_file() -> Path | None:
 class Settings:
     """Every option in one place; each field maps to `CUEMEM_<FIELD>` and to a key of the TOML file."""
 
-    db: Path = field(default_factory=default_db_path)
+    # A SQLite file, or a PostgreSQL DSN (`postgresql://user@host/db`): the server-grade store (README).
+    db: Path | str = field(default_factory=default_db_path)
     engine: str = "hybrid"
     # "embeddinggemma" (the default: fetched by `make setup` / `cuemem models fetch embeddinggemma`), "minilm"
     # (shipped, no download), the path of a sentence-transformers folder, "openai" (any OpenAI-compatible
@@ -144,6 +163,8 @@ class Settings:
 
 def _coerce(annotation: Any, name: str, value: Any) -> Any:
     kind = str(annotation)
+    if name == "db":
+        return str(value) if is_dsn(str(value)) else Path(value).expanduser()
     try:
         if kind.startswith("int"):
             return int(value)

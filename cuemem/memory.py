@@ -30,9 +30,9 @@ from .index.budget import pack
 from .index.live import IndexCache
 from .index.tokens import TokenCounter, default_counter
 from .llm import LLMClient, make_client
+from .store import as_target, open_store
 from .store.base import DerivedSpec, Store
 from .store.caches import StoreCallCache
-from .store.sqlite import SQLiteStore
 from .types import Answer, Namespace, Retrieval, Turn
 
 log = logging.getLogger(__name__)
@@ -76,10 +76,10 @@ class Memory:
         self.settings = settings or Settings.load(db=path, engine=name, **overrides)
         if settings is not None:
             if path is not None:
-                self.settings.db = Path(path)
+                self.settings.db = as_target(path)
             if name is not None:
                 self.settings.engine = name
-        self.store: Store = SQLiteStore(self.settings.db, read_only=read_only)
+        self.store: Store = open_store(self.settings.db, read_only=read_only)
         self.indexes = IndexCache()  # in-memory lexical indexes and engines' query-side views, per namespace
         self.engine: Engine = instance if instance is not None else get_engine(self.settings.engine)
         self._engines: dict[str, Engine] = {self.engine.name: self.engine}

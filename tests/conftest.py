@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -33,13 +35,121 @@ from cuemem.engines import available_engines  # noqa: E402
 ENGINES = sorted(available_engines())
 
 
+# --------------------------------------------------------------------------- both stores
+# The suites named here run every test twice, on SQLite and on PostgreSQL + pgvector (issue 26): an autouse
+# fixture `store_kind` is parametrised for them, and `store_target(path)` turns a test's store path into a fresh
+# PostgreSQL database (one per path, dropped after the test) when the kind is "postgres". A test that is
+# SQLite-only carries `@pytest.mark.sqlite_only("why")`.
+STORES = ["sqlite", "postgres"]
+BOTH_STORES = {
+    "test_isolation", "test_crash", "test_forgetting", "test_concurrency", "test_hostile", "test_memory",
+    "test_stitch", "test_scg", "test_episodic", "test_profile", "test_store_contract", "test_postgres",
+}  # fmt: skip
+_ACTIVE = {"kind": "sqlite"}
+
+
+class PG:
+    """The tests' PostgreSQL: one pgserver instance per session (PostgreSQL + pgvector from the package)."""
+
+    server: Any = None
+    uri: str = ""
+    created: list[str] = []  # noqa: RUF012  (databases of the running test)
+
+    @classmethod
+    def start(cls, root: Path) -> None:
+        if cls.server is not None:
+            return
+        try:
+            import pgserver
+        except ImportError:
+            if os.environ.get("CI"):
+                raise
+            pytest.skip("pgserver is not installed: pip install -e '.[dev,postgres]'")
+        cls.server = pgserver.get_server(root, cleanup_mode="stop")
+        cls.uri = cls.server.get_uri()
+
+    @classmethod
+    def dsn(cls, name: str) -> str:
+        """The DSN of database `name` (created when new)."""
+        import psycopg
+
+        with psycopg.connect(cls.uri, autocommit=True) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname=%s", (name,)).fetchone():
+                conn.execute(f'CREATE DATABASE "{name}"')
+                cls.created.append(name)
+        return cls.uri.replace("/postgres?", f"/{name}?", 1)
+
+    @classmethod
+    def drop_created(cls) -> None:
+        import psycopg
+
+        with psycopg.connect(cls.uri, autocommit=True) as conn:
+            for name in cls.created:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        cls.created.clear()
+
+    @classmethod
+    def data_dir(cls, dsn: str) -> Path:
+        """The folder holding one database's files (for the forgetting checks)."""
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            oid = conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()[0]
+        return Path(cls.server.pgdata) / "base" / str(oid)
+
+
+def store_target(path: str | Path) -> str:
+    """What a test opens as its store: the path itself on SQLite; on PostgreSQL, the DSN of a database named after
+    the path (the same path is the same database, in this process and in the processes a test starts)."""
+    if _ACTIVE["kind"] != "postgres" or str(path) == ":memory:":
+        return str(path)
+    digest = hashlib.sha1(str(Path(path).resolve()).encode()).hexdigest()[:20]
+    return PG.dsn(f"t_{digest}")
+
+
+def on_postgres() -> bool:
+    return _ACTIVE["kind"] == "postgres"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if "store_kind" in metafunc.fixturenames and module in BOTH_STORES:
+        kinds = ["sqlite"] if metafunc.definition.get_closest_marker("sqlite_only") else STORES
+        metafunc.parametrize("store_kind", kinds, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def store_kind(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The store the test runs on ("sqlite" unless its suite runs on both stores)."""
+    kind = getattr(request, "param", "sqlite")
+    if kind == "postgres":
+        PG.start(Path(tempfile.gettempdir()) / f"cuemem-pg-{os.getpid()}")
+    _ACTIVE["kind"] = kind
+    try:
+        yield kind
+    finally:
+        _ACTIVE["kind"] = "sqlite"
+        if kind == "postgres" and PG.created:
+            PG.drop_created()
+
+
+def store_roots(root: Path, memory: Memory | None = None) -> list[Path]:
+    """The folders whose bytes hold the test's data: `root` (files beside the store, caches) and, on PostgreSQL,
+    the database's own folder (not the WAL: README says what a PostgreSQL checkpoint cannot promise)."""
+    roots = [root]
+    if memory is not None and on_postgres():
+        roots.append(PG.data_dir(str(memory.settings.db)))
+    return roots
+
+
 def open_memory(path: str | Path, engine: Any = "hybrid", **kwargs: Any) -> Memory:
     """A Memory as the suites use it: the model-free hashing embedder, a deterministic fake model client (see
-    fakes.py) and the unscoped model-call cache in a file beside the store, unless the caller says otherwise."""
+    fakes.py) and the unscoped model-call cache in a file beside the store, unless the caller says otherwise.
+    On PostgreSQL the path names a database (store_target)."""
     kwargs.setdefault("embedder", HashingEmbedder())
     kwargs.setdefault("llm", fake_llm())
     kwargs.setdefault("llm_cache", str(Path(path).parent / "llm-calls.db"))
-    return Memory(path, engine=engine, **kwargs)
+    return Memory(store_target(path), engine=engine, **kwargs)
 
 
 @pytest.fixture

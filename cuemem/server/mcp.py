@@ -34,6 +34,7 @@ from starlette.applications import Starlette
 from .. import __version__
 from ..errors import CuememError
 from ..memory import Memory
+from ..store import display_target
 from ..types import Namespace
 
 log = logging.getLogger(__name__)
@@ -268,7 +269,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Serve a cuemem store as an MCP server (tools add_memory, search_memory, answer, delete_memory)"
         " in one namespace.",
     )
-    parser.add_argument("--db", help="the store file (default: the configured store)")
+    parser.add_argument("--db", help="the store: a file or a postgresql:// DSN (default: the configured store)")
     parser.add_argument("--user-id", required=True, help="the namespace's user id: every tool call works in it")
     parser.add_argument("--agent-id", help="the namespace's agent id")
     parser.add_argument("--run-id", help="the namespace's run id")
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.transport == "stdio":  # ends when the client closes stdin
-            log.info("serving %s of %s over stdio", namespace, memory.settings.db)
+            log.info("serving %s of %s over stdio", namespace, display_target(memory.settings.db))
             anyio.run(build_server(memory, namespace).run_stdio_async)
         else:
             _serve_http(memory, namespace, args)
@@ -309,7 +310,8 @@ def _serve_http(memory: Memory, namespace: Namespace, args: argparse.Namespace) 
     import uvicorn
 
     app = streamable_http_app(memory, namespace, path=args.path, host=args.host)
-    log.info("serving %s of %s at http://%s:%d%s", namespace, memory.settings.db, args.host, args.port, args.path)
+    log.info("serving %s of %s at http://%s:%d%s", namespace, display_target(memory.settings.db), args.host, args.port,
+             args.path)  # fmt: skip
     # uvicorn shuts down gracefully on SIGTERM, then raises it again for the handler it found: make that handler
     # end the call (so the store is closed and the exit status is 0) rather than kill the process.
     main_thread = threading.current_thread() is threading.main_thread()

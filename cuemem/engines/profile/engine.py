@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ...config import beside_store
 from ...index.dates import parse_timestamp
 from ...index.fusion import reciprocal_rank_fusion
 from ...store.base import DerivedSpec
@@ -87,7 +88,7 @@ class ProfileEngine:
     def backend(self, ctx: EngineContext) -> RecordBackend:
         if self.config.backend == "sqlite":
             return StoreRecords(self.name, self.space("record"))
-        path = self.config.chroma_path or f"{ctx.settings.db}.chroma"
+        path = self.config.chroma_path or str(beside_store(ctx.settings.db, ".chroma"))
         if path not in self._chroma:
             self._chroma[path] = ChromaRecords(Path(path).expanduser(), self.name)
         return self._chroma[path]
