@@ -872,7 +872,8 @@ def bench(
     config = BenchConfig(dataset, data, out, names, limit, budget,
                          answer, answer_budget, _judge_settings(judge), overrides, embed_cache,
                          state.config or default_config_file(), max_questions, max_turns, split,
-                         tuple(t.strip() for t in (types or "").split(",") if t.strip()))  # fmt: skip
+                         tuple(t.strip() for t in (types or "").split(",") if t.strip()),
+                         state.db if state.db and is_dsn(state.db) else None)  # fmt: skip
     bars: dict[str, Any] = {}
     log = ProgressLog()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

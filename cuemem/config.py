@@ -23,14 +23,28 @@ def is_dsn(target: object) -> bool:
     return isinstance(target, str) and target.lower().startswith(("postgresql://", "postgres://"))
 
 
+def redact(dsn: str) -> str:
+    """A DSN fit for messages and logs: user, host, port and database; never the password."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        parts = conninfo_to_dict(dsn)
+    except Exception:  # psycopg missing (the optional extra), or a DSN it cannot parse
+        return "postgresql://(a DSN that could not be parsed)"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    host = str(parts.get("host", ""))
+    where = host if host and not host.startswith("/") else ""
+    port = f":{parts['port']}" if parts.get("port") else ""
+    sock = f"?host={host}" if host.startswith("/") else ""
+    return f"postgresql://{user}{where}{port}/{parts.get('dbname', '')}{sock}"
+
+
 def beside_store(db: Path | str, suffix: str) -> Path:
     """A file that belongs with a store (its API keys, a Chroma folder): `<db><suffix>` beside a SQLite file; for a
     PostgreSQL DSN, in the user data dir under a name derived from the DSN without its password."""
     if not is_dsn(db):
         return Path(f"{db}{suffix}")
     import hashlib
-
-    from .store.postgres import redact
 
     digest = hashlib.sha1(redact(str(db)).encode("utf-8")).hexdigest()[:12]
     return Path(platformdirs.user_data_dir("cuemem")) / f"postgres-{digest}{suffix}"

@@ -341,3 +341,31 @@ def test_the_split_is_fixed_by_id_and_the_harness_runs_one_split(tmp_path):
         assert chosen == [c for c in every if split_of("locomo", c) == split] and len(chosen) == 1
     limited = conversations(BenchConfig("locomo", data, tmp_path / "o", ["bm25"], limit=1, split="test"))
     assert [c.id for c in limited] == [c for c in every if split_of("locomo", c) == "test"][:1]
+
+
+def test_the_benchmark_runs_every_engine_in_one_postgresql_database(tmp_path):
+    """Issue 26: `cuemem --db postgresql://… bench` keeps every engine in one database, each engine's conversations in
+    namespaces of their own, with the same figures as the per-engine SQLite files."""
+    import os
+    import tempfile
+
+    from conftest import PG
+
+    PG.start(Path(tempfile.gettempdir()) / f"cuemem-pg-{os.getpid()}")
+    try:
+        data = locomo_fixture(tmp_path / "l.json")
+        engines = ["bm25", "hybrid"]
+        on_files = run(BenchConfig("locomo", data, tmp_path / "files", engines, settings={"embedder": "hashing"}))
+        dsn = PG.dsn("bench_one_store")
+        shared = run(BenchConfig("locomo", data, tmp_path / "pg", engines, settings={"embedder": "hashing"},
+                                 store=dsn))  # fmt: skip
+        for name in engines:
+            assert shared["engines"][name]["retrieval"] == on_files["engines"][name]["retrieval"]
+        assert not (tmp_path / "pg" / "stores").exists()
+        from cuemem.store import open_store
+
+        with open_store(dsn, read_only=True) as store:
+            users = sorted(ns.user_id for ns, _ in store.namespaces())
+        assert users == ["locomo:c1#bm25", "locomo:c1#hybrid", "locomo:c2#bm25", "locomo:c2#hybrid"]
+    finally:
+        PG.drop_created()

@@ -41,6 +41,10 @@ class BenchConfig:
     max_turns: int | None = None  # only each conversation's first N turns, and the questions they answer
     split: str | None = None  # "dev" or "test" (datasets.split_of); None = every conversation
     types: tuple[str, ...] = ()  # only questions of these categories / question types; () = all
+    # One store for every engine (a PostgreSQL DSN from `cuemem --db postgresql://… bench`): each engine's
+    # conversations then live in namespaces of their own (`<dataset>:<conversation>#<engine>`). None = a SQLite
+    # file per engine under out/stores/.
+    store: str | None = None
 
 
 # The settings a benchmark's figures depend on, as resolved from arguments, CUEMEM_* variables and the config file

@@ -75,7 +75,7 @@ def run_conversation(
     memory: Memory, config: BenchConfig, conv: Conversation, judge_client: LLMClient | None = None
 ) -> dict[str, Any]:
     """Ingest one conversation into its own namespace and retrieve (and optionally answer) its questions."""
-    user = f"{config.dataset}:{conv.id}"
+    user = f"{config.dataset}:{conv.id}" + (f"#{memory.engine.name}" if config.store else "")
     with contextlib.suppress(UnknownNamespaceError):  # left over from an interrupted run: start afresh
         memory.delete_all(user_id=user)
     llm_before = memory.llm.stats()  # the client loads no model until a call is made
@@ -193,8 +193,8 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
             embedder = shared = CachedEmbedder(embedder, config.embed_cache)
     try:
         for engine in config.engines:
-            settings = Settings.load(config.config_file, db=config.out / "stores" / f"{engine}.db", engine=engine,
-                                     **config.settings)  # fmt: skip
+            db = config.store or config.out / "stores" / f"{engine}.db"
+            settings = Settings.load(config.config_file, db=db, engine=engine, **config.settings)
             checkpoints = config.out / "checkpoints" / engine
             judge_client = (
                 make_client(Settings.load(**config.judge)) if config.answer and config.judge is not None else None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..config import is_dsn, redact
 from .base import AppendResult, CachedCall, DerivedSpec, Item, NewItem, Store, text_hash
-from .postgres import is_dsn, redact
 from .sqlite import SQLiteStore, StoreError
 
 __all__ = [
