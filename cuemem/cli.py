@@ -998,7 +998,11 @@ keys_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(keys_app, name="keys")
-KeysFileOpt = Annotated[Path | None, typer.Option("--keys-file", help="Key file (default: <db>.keys).")]
+KeysFileOpt = Annotated[
+    Path | None,
+    typer.Option("--keys-file", help="Key file (default: <db>.keys; for a postgresql:// store, one in the user data"
+                 " dir: servers sharing a database pass the same file)."),
+]
 
 
 def _keyring(keys_file: Path | None) -> Any:

@@ -77,7 +77,7 @@ def _digest(secret: str) -> str:
 
 def default_path(db: Path | str) -> Path:
     """Where a store's keys live unless told otherwise: beside the store file, `<db>.keys` (for a PostgreSQL
-    store, in the user data dir; servers sharing one database share a key file given with --keys)."""
+    store, in the user data dir; servers sharing one database share a key file given with --keys-file)."""
     from ..config import beside_store
 
     return beside_store(db, ".keys")
