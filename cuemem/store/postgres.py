@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config import is_dsn, redact
 from ..errors import StoreError, TurnNotFoundError, UnknownNamespaceError
 from ..types import Namespace, Turn
 from .base import AppendResult, CachedCall, DerivedSpec, Item, NewItem
@@ -50,6 +51,7 @@ WRITE_LOCK = 0x63756D6D_00000001  # the advisory lock every write transaction ho
 INIT_LOCK = 0x63756D6D_00000002  # creating or migrating the schema
 HNSW_THRESHOLD = 20_000  # vectors of one (namespace, space, model) above which an HNSW index is built
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 16, 64, 100
+IDLE_CHECK_SECONDS = 1.0  # a pooled connection idle for longer is checked with a round trip before use
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -114,6 +116,10 @@ CREATE TABLE IF NOT EXISTS vectors(
     PRIMARY KEY(ns, item, model),
     FOREIGN KEY(ns, item) REFERENCES items(ns, id) ON DELETE CASCADE
 );
+-- Vectors stay inline in the row (compressed only if that saves a quarter, out of line only if the row cannot fit
+-- a page): a 512-float vector just passes TOAST's 2 KB threshold, and detoasting each one made an exact scan of
+-- 10k vectors take ~100 ms (benchmarks/scale.py).
+ALTER TABLE vectors ALTER COLUMN vec SET STORAGE MAIN;
 CREATE INDEX IF NOT EXISTS vectors_by_space ON vectors(ns, space, model, id);
 CREATE INDEX IF NOT EXISTS vectors_by_hash ON vectors(ns, text_hash);
 CREATE TABLE IF NOT EXISTS labels(
@@ -178,6 +184,25 @@ CREATE TABLE IF NOT EXISTS vector_indexes(
     PRIMARY KEY(ns, space, model)
 )
 """
+# Columns holding user text, or what is derived from it (vectors, hashes), keep no planner statistics: ANALYZE
+# (autovacuum runs it by itself) copies sample values into pg_statistic, where a deleted turn's text would outlive
+# checkpoint(). Every query names its keys, so the planner does not need them.
+NO_STATISTICS = {
+    "namespaces": ("user_id", "agent_id", "run_id"),
+    "turns": ("turn_id", "session_id", "speaker", "text", "timestamp", "metadata"),
+    "items": ("key", "text", "meta"),
+    "vectors": ("text_hash", "vec"),
+    "labels": ("label",),
+    "kv": ("key", "value"),
+    "embed_cache": ("text_hash", "vec"),
+    "llm_calls": ("key", "request", "response"),
+    "history": ("detail",),
+}
+TABLES += "".join(
+    f";\nALTER TABLE {table} ALTER COLUMN {column} SET STATISTICS 0"
+    for table, columns in NO_STATISTICS.items()
+    for column in columns
+)
 
 DERIVED_TABLES = ("items", "kv", "embed_cache", "llm_calls", "watermarks")
 # Tables holding user text: what checkpoint() rewrites.
@@ -185,25 +210,6 @@ TEXT_TABLES = ("turns", "items", "item_turns", "vectors", "labels", "kv", "embed
                "namespaces")  # fmt: skip
 
 MIGRATIONS: dict[int, Any] = {}  # version -> function(conn) bringing the schema to version + 1
-
-
-def is_dsn(target: object) -> bool:
-    """Whether a store target names a PostgreSQL database rather than a SQLite file."""
-    return isinstance(target, str) and target.lower().startswith(("postgresql://", "postgres://"))
-
-
-def redact(dsn: str) -> str:
-    """A DSN fit for messages and logs: user, host, port and database; never the password."""
-    try:
-        parts = conninfo_to_dict(dsn) if psycopg is not None else {}
-    except Exception:
-        return "postgresql://(unparsable DSN)"
-    user = f"{parts['user']}@" if parts.get("user") else ""
-    host = str(parts.get("host", ""))
-    where = host if host and not host.startswith("/") else ""
-    port = f":{parts['port']}" if parts.get("port") else ""
-    sock = f"?host={host}" if host.startswith("/") else ""
-    return f"postgresql://{user}{where}{port}/{parts.get('dbname', '')}{sock}"
 
 
 _ESC = "\ue000"
@@ -259,11 +265,12 @@ class PostgresStore:
         self.timeout = timeout
         self.hnsw_threshold = hnsw_threshold
         self._bound = _Bound()
+        self._last_used: dict[int, float] = {}  # id(connection) -> when it went back to the pool
         self._hnsw: dict[tuple[int, str, str], tuple[str, int] | None] = {}
         try:
             conninfo_to_dict(dsn)
         except psycopg.ProgrammingError as exc:
-            raise StoreError(f"invalid PostgreSQL DSN {self.path}: {exc}") from exc
+            raise StoreError(f"invalid PostgreSQL DSN {self.path}: {_first_line(exc)}") from exc
         self._initialise()
         options = "-c search_path=cuemem,public"
         if read_only:
@@ -274,8 +281,11 @@ class PostgresStore:
             max_size=max(1, pool_size),
             kwargs={"autocommit": True, "options": options, "connect_timeout": max(1, int(timeout))},
             configure=self._configure,
-            check=ConnectionPool.check_connection,
             timeout=timeout,
+            # A server that was away for long must not leave the pool pausing ever longer between attempts
+            # (1, 2, 4 ... s) after it is back: give up an attempt chain after `timeout`; the next request starts
+            # a new one at once.
+            reconnect_timeout=max(1.0, timeout),
             open=False,
             name="cuemem",
         )
@@ -297,10 +307,9 @@ class PostgresStore:
         """Create, migrate or check the schema (under an advisory lock: several processes may open at once)."""
         with self._connect() as c:
             try:
-                if not c.execute("SELECT 1 FROM pg_extension WHERE extname='vector'").fetchone():
-                    if self.read_only:
-                        raise StoreError(f"{self.path} is not a cuemem store yet (no pgvector extension)")
-                    c.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                # Nothing is created before the checks below: a database that is refused is left as it was.
+                if self.read_only and not c.execute("SELECT 1 FROM pg_extension WHERE extname='vector'").fetchone():
+                    raise StoreError(f"{self.path} is not a cuemem store yet (no pgvector extension)")
                 exists = c.execute(
                     "SELECT 1 FROM information_schema.tables WHERE table_schema=%s AND table_name='meta'", (SCHEMA,)
                 ).fetchone()
@@ -318,8 +327,6 @@ class PostgresStore:
                                      " for writing")  # fmt: skip
                 with c.transaction():
                     c.execute("SELECT pg_advisory_xact_lock(%s)", (INIT_LOCK,))
-                    c.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
-                    c.execute(f"SET LOCAL search_path = {SCHEMA}, public")
                     if c.execute(
                         "SELECT 1 FROM information_schema.tables WHERE table_schema=%s AND table_name='meta'",
                         (SCHEMA,),
@@ -328,6 +335,13 @@ class PostgresStore:
                         while current < SCHEMA_VERSION:
                             MIGRATIONS[current](c)
                             current += 1
+                    elif c.execute("SELECT 1 FROM pg_class k JOIN pg_namespace n ON n.oid = k.relnamespace"
+                                   " WHERE n.nspname = %s LIMIT 1", (SCHEMA,)).fetchone():  # fmt: skip
+                        raise StoreError(f"the schema `{SCHEMA}` of {self.path} holds tables of another application"
+                                         " (no cuemem meta table); left as is")  # fmt: skip
+                    c.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                    c.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+                    c.execute(f"SET LOCAL search_path = {SCHEMA}, public")
                     for statement in TABLES.split(";"):
                         if statement.strip():
                             c.execute(statement)
@@ -372,13 +386,32 @@ class PostgresStore:
     def _unavailable(self, exc: BaseException, doing: str) -> StoreError:
         return StoreError(f"PostgreSQL at {self.path} is unavailable; could not {doing}: {_first_line(exc)}")
 
-    def _getconn(self) -> Any:
-        try:
-            return self._pool.getconn(timeout=self.timeout)
-        except (PoolTimeout, psycopg.OperationalError) as exc:
-            raise self._unavailable(exc, "get a connection") from exc
+    def _getconn(self, *, check: bool = False) -> Any:
+        """A pooled connection that works. One that sat idle for over a second (or any, with `check`) is checked
+        with a round trip first, and a broken one is replaced at once rather than waited on with the pool's pauses
+        between checks, so after the server went away and came back (stopped, restarted, failed over) the next
+        request goes through. Connections in steady use are not checked: a search makes ~10 reads, and a check
+        before each doubled its round trips (benchmarks/load.py)."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                conn = self._pool.getconn(timeout=max(0.001, deadline - time.monotonic()))
+            except PoolTimeout as exc:
+                raise StoreError(f"PostgreSQL at {self.path} is unavailable: no connection within"
+                                 f" {self.timeout:g} s") from exc  # fmt: skip
+            except psycopg.OperationalError as exc:
+                raise self._unavailable(exc, "get a connection") from exc
+            if not check and time.monotonic() - self._last_used.get(id(conn), 0.0) < IDLE_CHECK_SECONDS:
+                return conn
+            try:
+                ConnectionPool.check_connection(conn)
+            except psycopg.Error:
+                self._putconn(conn)  # broken: the pool closes it and opens a new one
+                continue
+            return conn
 
     def _putconn(self, conn: Any) -> None:
+        self._last_used[id(conn)] = time.monotonic()
         with suppress(Exception):
             self._pool.putconn(conn)
 
@@ -469,6 +502,10 @@ class PostgresStore:
                 conn.execute("COMMIT")
             except psycopg.Error as exc:
                 self._hnsw.clear()
+                if conn.broken or conn.closed:  # lost with the COMMIT sent: the server may have committed first
+                    raise StoreError(f"PostgreSQL at {self.path} is unavailable: {_first_line(exc)}; the connection"
+                                     " was lost while committing, so this write may or may not have been stored"
+                                     ) from exc  # fmt: skip
                 with suppress(psycopg.Error):
                     conn.execute("ROLLBACK")
                 raise self._failed(exc) from exc
@@ -497,15 +534,18 @@ class PostgresStore:
                 raise self._unavailable(exc, "read") from exc
             except psycopg.Error as exc:
                 raise StoreError(f"cannot read {self.path}: {_first_line(exc)}") from exc
-        conn = self._getconn()
-        try:
-            return conn.execute(query, params).fetchall()
-        except psycopg.OperationalError as exc:
-            raise self._unavailable(exc, "read") from exc
-        except psycopg.Error as exc:
-            raise StoreError(f"cannot read {self.path}: {_first_line(exc)}") from exc
-        finally:
-            self._putconn(conn)
+        for attempt in (0, 1):  # a read is idempotent: one that met a broken connection is tried once more
+            conn = self._getconn(check=attempt > 0)
+            try:
+                return conn.execute(query, params).fetchall()
+            except psycopg.OperationalError as exc:
+                if attempt or not conn.broken:
+                    raise self._unavailable(exc, "read") from exc
+            except psycopg.Error as exc:
+                raise StoreError(f"cannot read {self.path}: {_first_line(exc)}") from exc
+            finally:
+                self._putconn(conn)
+        raise AssertionError("unreachable")
 
     def integrity_check(self) -> str:
         """'ok', or what is inconsistent: derived rows citing turns that are not in the log, items of a namespace
@@ -530,16 +570,27 @@ class PostgresStore:
         if self.read_only:
             return
         conn = self._getconn()
+        table = ""
         try:
+            # VACUUM FULL needs each table to itself: waiting without end behind another session's open transaction
+            # would also queue every read of that table behind it. Give up after `timeout` and say so.
+            conn.execute(f"SET lock_timeout = {max(1, int(self.timeout * 1000))}")
             for table in TEXT_TABLES:
                 conn.execute(f"VACUUM FULL {SCHEMA}.{table}")
             with suppress(psycopg.errors.InsufficientPrivilege):
                 conn.execute("CHECKPOINT")
+        except psycopg.errors.LockNotAvailable as exc:
+            raise StoreError(
+                f"checkpoint of {self.path} was blocked: another session's open transaction holds the table"
+                f" {table!r}, so deleted text may still be in its file; end that transaction and checkpoint again"
+            ) from exc
         except psycopg.OperationalError as exc:
             raise self._unavailable(exc, "checkpoint") from exc
         except psycopg.Error as exc:
             raise StoreError(f"cannot checkpoint {self.path}: {_first_line(exc)}") from exc
         finally:
+            with suppress(psycopg.Error):
+                conn.execute("RESET lock_timeout")
             self._putconn(conn)
 
     # ------------------------------------------------------------------ namespaces
@@ -890,14 +941,19 @@ class PostgresStore:
                  space=sql.Literal(space), model=sql.Literal(model))  # fmt: skip
         register = ("INSERT INTO vector_indexes(ns, space, model, dims, name) VALUES(%s,%s,%s,%s,%s)"
                     " ON CONFLICT DO NOTHING")  # fmt: skip
+        # Fresh statistics: with the table's old ones (none, or from when the partition was small) the planner
+        # estimates a row or two for the partition and sorts it through the btree instead of using this index.
+        analyze = sql.SQL("ANALYZE {}").format(sql.Identifier(SCHEMA, "vectors"))
         if conn is not None:
             conn.execute(statement)
             conn.execute(register, (ns, space, model, dims, name))
+            conn.execute(analyze)
         else:
             with self._write() as c:
                 c.execute("SET LOCAL maintenance_work_mem = '1GB'")
                 c.execute(statement)
                 c.execute(register, (ns, space, model, dims, name))
+                c.execute(analyze)
         log.info("built HNSW index %s over namespace %d, space %s, model %s", name, ns, space, model)
         return name
 
@@ -933,7 +989,8 @@ class PostgresStore:
             ef = max(HNSW_EF_SEARCH, 2 * k)
             if ef != HNSW_EF_SEARCH and self._bound.conn is None:
                 with self.snapshot():
-                    self._query(f"SET LOCAL hnsw.ef_search = {int(ef)}")
+                    # SET LOCAL returns no rows (a read fetches them): set_config(..., true) is the same, as a query
+                    self._query("SELECT set_config('hnsw.ef_search', %s, true)", (str(int(ef)),))
                     rows = self._query(statement, (query, query, k))
             else:
                 rows = self._query(statement, (query, query, k))
