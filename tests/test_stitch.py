@@ -17,6 +17,8 @@ from cuemem.llm.client import LLMClient
 from cuemem.memory import MODEL_BATCH
 from cuemem.store.sqlite import text_hash
 
+no_store = pytest.mark.sqlite_only("no store involved")
+
 SYNONYMS = {"purchase": "buy", "purchased": "bought", "acquire": "buy"}
 
 
@@ -75,6 +77,7 @@ def small(name: str = "stitch", **overrides) -> StitchEngine:
     return variant(name, **{"k_update": 10, "n_start": 8, **overrides})
 
 
+@no_store
 def test_variants_are_registered_engines():
     for name in ("stitch", "stitch-llm", "stitch-strict", "stitch-noscope", "stitch-noevent", "stitch-noentity",
                  "stitch-nocoref"):  # fmt: skip
@@ -85,6 +88,7 @@ def test_variants_are_registered_engines():
     assert get_engine("stitch").config.k_retrieve == 40 and get_engine("stitch").config.n_start == 50
 
 
+@no_store
 def test_model_free_analysis_reads_actions_types_and_references():
     booked, reply = analyze_steps(["Maya booked the Apollo Hotel in Lisbon for 120 euros.", "Is it close?"])
     assert "book" in booked.actions
@@ -95,6 +99,7 @@ def test_model_free_analysis_reads_actions_types_and_references():
     assert wanted_types("When did Theo buy the guitar?", question)[:2] == ["Date", "Time"]
 
 
+@no_store
 def test_vocabulary_merge_folds_synonyms_into_the_older_label():
     vocab = Vocabulary("event")
     for word in ["buy", "buy", "paint", "purchase", "acquire"]:
@@ -313,6 +318,7 @@ def test_model_mode_labels_by_constrained_choice_and_stays_in_vocabulary(make_me
     assert set(f["events"]) <= set(state.events.labels()) and set(f["entity_types"]) <= set(state.entities.labels())
 
 
+@no_store
 def test_group_max_is_the_best_score_of_each_group():
     from cuemem.engines.stitch.engine import _group_max
 
