@@ -1,14 +1,19 @@
 """Crash safety: a process killed with SIGKILL mid-ingest leaves every acknowledged turn readable and the store
-consistent; on the next use every engine catches up to exactly the derived state of one sequential ingest."""
+consistent; on the next use every engine catches up to exactly the derived state of one sequential ingest.
+
+On PostgreSQL the killed writer's connections just drop: the server rolls back its open transaction (and releases the
+writer lock) when it notices. The check waits until the server has ended every session of the dead writer, so it reads
+what the server kept, not a transaction still in flight."""
 
 from __future__ import annotations
 
 import io
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
-from conftest import ENGINES, Forker, derived_state, open_memory, state_diff
+from conftest import ENGINES, Forker, derived_state, on_postgres, open_memory, state_diff, store_target
 
 WRITER = textwrap.dedent(
     """
@@ -36,18 +41,46 @@ WRITER = textwrap.dedent(
 CASES = [(engine, 40) for engine in ENGINES if engine != "hybrid"] + [("hybrid", 1), ("hybrid", 40)]
 
 
+def sessions_of_others(dsn: str) -> list[tuple[int, str | None, bool]]:
+    """(pid, state, in a transaction) of every other server session on the test's database."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid, state, xact_start IS NOT NULL FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return [(int(pid), state, bool(open_)) for pid, state, open_ in rows]
+
+
+def wait_until_the_server_dropped_the_writer(dsn: str, timeout: float = 30.0) -> None:
+    """PostgreSQL: the killed client's backends end (their open transaction rolled back, the writer lock freed)."""
+    deadline = time.time() + timeout
+    while left := sessions_of_others(dsn):
+        assert time.time() < deadline, f"the server still serves the killed writer's sessions: {left}"
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize(("engine", "batch"), CASES)
 def test_sigkill_mid_ingest_keeps_acknowledged_turns(tmp_path: Path, engine: str, batch: int, forker: Forker):
     db = tmp_path / "crash.db"
-    writer = forker.start(WRITER, str(db), engine, str(batch), str(tmp_path / "llm-calls.db"))
+    target_db = store_target(db)  # the child opens the same store (on PostgreSQL: the same database)
+    writer = forker.start(WRITER, target_db, engine, str(batch), str(tmp_path / "llm-calls.db"))
     target = 400 if engine == "hybrid" else 200
 
     def acknowledged() -> list[str]:
         return [turn_id for line in writer.lines() for turn_id in line.split()]
 
     writer.wait_for(lambda: len(acknowledged()) >= target, timeout=60)
+    if on_postgres():  # kill it inside a write transaction (it spends nearly all its time in one)
+        deadline = time.time() + 10
+        while not any(in_transaction for _, _, in_transaction in sessions_of_others(target_db)):
+            assert time.time() < deadline, "the writer holds no transaction on the PostgreSQL database"
     writer.kill()
     done = acknowledged()
+    if on_postgres():
+        assert not db.exists(), "the writer wrote a SQLite file instead of the PostgreSQL database"
+        wait_until_the_server_dropped_the_writer(target_db)
 
     query = "turn number 3 about hotel 3"
     with open_memory(db, engine) as memory:

@@ -1,7 +1,11 @@
 """Forgetting (DESIGN.md promise 1, issue 10): for every engine, a deleted turn leaves no trace — not in any search
 result, not in any prompt sent to the model, and not in a single byte of the store's files or the model-call cache
 after a checkpoint. Derived text that quotes a deleted turn (a resolved reference, a gist, a window) goes with it,
-and deleting a user reaches all of that user's agent and run namespaces."""
+and deleting a user reaches all of that user's agent and run namespaces.
+
+On PostgreSQL the store's files are the database's own folder (base/<oid>: tables, their TOAST and indexes), checked
+beside the test's folder; a checkpoint there is VACUUM FULL of the tables holding user text + CHECKPOINT. Old WAL
+segments, replicas and backups are outside what a checkpoint can promise (README)."""
 
 from __future__ import annotations
 
@@ -12,7 +16,17 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from conftest import ENGINES, checkpoint, files_containing, local_http_server, open_memory, send_json
+from conftest import (
+    ENGINES,
+    checkpoint,
+    files_containing,
+    local_http_server,
+    on_postgres,
+    open_memory,
+    send_json,
+    store_roots,
+    store_target,
+)
 from fakes import FakeBackend
 
 from cuemem import Memory, Namespace, Settings, UnknownNamespaceError
@@ -50,6 +64,38 @@ def hit_texts(memory: Memory, query: str, namespace: Namespace) -> list[str]:
     return [hit.text for hit in result.hits]
 
 
+def files_with(memory: Memory, root: Path, needle: str) -> dict[str, str]:
+    """Every file of the store (`root`, and on PostgreSQL the database's folder) whose bytes hold `needle`."""
+    found: dict[str, str] = {}
+    for folder in store_roots(root, memory):
+        found.update({str(folder / name): around for name, around in files_containing(folder, needle).items()})
+    return found
+
+
+def analyze(memory: Memory) -> None:
+    """PostgreSQL: what autovacuum does by itself after enough changes, collect the planner's statistics."""
+    import psycopg
+
+    with psycopg.connect(str(memory.settings.db), autocommit=True) as conn:
+        conn.execute("ANALYZE")
+
+
+def statistics_with(memory: Memory, needle: str) -> list[tuple[str, str]]:
+    """PostgreSQL: (table, column) of the store's planner statistics that quote `needle` (sample values ANALYZE
+    keeps in pg_statistic, a catalog in the database's folder, often compressed: a byte scan may not see them)."""
+    if not on_postgres():
+        return []
+    import psycopg
+
+    with psycopg.connect(str(memory.settings.db), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT tablename, attname FROM pg_stats WHERE schemaname = 'cuemem' AND strpos(concat_ws(' ',"
+            " most_common_vals::text, histogram_bounds::text, most_common_elems::text), %s) > 0",
+            (needle,),
+        ).fetchall()
+    return [(str(table), str(column)) for table, column in rows]
+
+
 def assert_forgotten(memory: Memory, backend: FakeBackend, root: Path, needle: str, question: str) -> None:
     """No search result in any namespace, no prompt of a fresh answer, no byte of any file holds `needle`.
 
@@ -64,8 +110,10 @@ def assert_forgotten(memory: Memory, backend: FakeBackend, root: Path, needle: s
         memory.answer(question, **namespace.as_dict())
     assert needle not in backend.prompts(), f"a fresh answer's prompt still carries {needle!r}:\n{backend.prompts()}"
     checkpoint(memory)
-    leaks = files_containing(root, needle)
+    leaks = files_with(memory, root, needle)
     assert not leaks, f"deleted text {needle!r} is still on disk after a checkpoint: {leaks}"
+    kept = statistics_with(memory, needle)
+    assert not kept, f"deleted text {needle!r} is still in the planner's statistics of {kept}"
     for namespace in namespaces:
         leaked = [t for t in hit_texts(memory, needle, namespace) if needle in t]
         assert not leaked, f"search {needle!r} in ({namespace}) still returns deleted text: {leaked}"
@@ -92,6 +140,10 @@ def test_a_deleted_secret_leaves_no_trace(tmp_path: Path, engine: str, deletion:
         assert any(secret in t for t in seen), f"the secret should be retrievable before the delete: {seen}"
         memory.answer(QUESTION, **where)  # the model sees it (and any cache of model calls with it)
         assert secret in backend.prompts()
+        checkpoint(memory)
+        assert files_with(memory, tmp_path, secret), "the secret should be in the store's files before the delete"
+        if on_postgres():
+            analyze(memory)  # statistics of the tables now sample the secret, unless its columns keep none
 
         if deletion == "turn":
             memory.delete("secret", **where)
@@ -170,6 +222,7 @@ def test_delete_all_of_an_agent_reaches_its_runs_only(tmp_path: Path):
                                             Namespace("alice", "agent1", "r2")}  # fmt: skip
 
 
+@pytest.mark.sqlite_only("SQLite's write-ahead log file beside the store; PostgreSQL: the test below")
 def test_checkpoint_empties_the_wal(tmp_path: Path):
     with open_memory(tmp_path / "mem.db", "bm25") as memory:
         memory.add([{"id": f"t{i}", "text": f"turn {i} " + "words " * 50} for i in range(50)], user_id="u")
@@ -178,6 +231,36 @@ def test_checkpoint_empties_the_wal(tmp_path: Path):
         memory.checkpoint()
         assert not wal.exists() or wal.stat().st_size == 0
         assert len(memory.turns(user_id="u")) == 50
+
+
+def test_checkpoint_rewrites_the_tables_on_postgres(tmp_path: Path):
+    """PostgreSQL's meaning of a checkpoint: VACUUM FULL gives every table holding user text a new, compact file
+    (the old one, dead rows and all, is removed), and CHECKPOINT flushes it."""
+    if not on_postgres():
+        pytest.skip("PostgreSQL only (SQLite: test_checkpoint_empties_the_wal)")
+    import psycopg
+
+    with open_memory(tmp_path / "mem.db", "bm25") as memory:
+        memory.add([{"id": f"t{i}", "text": f"turn {i} " + "words " * 50} for i in range(50)], user_id="u")
+        memory.add({"id": "keep", "text": "a turn that stays"}, user_id="v")
+        memory.delete_all(user_id="u")
+        dsn = str(memory.settings.db)
+
+        def files() -> dict[str, tuple[int, int]]:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                rows = conn.execute(
+                    "SELECT c.relname, pg_relation_filenode(c.oid), pg_relation_size(c.oid) FROM pg_class c"
+                    " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'cuemem' AND c.relkind = 'r'"
+                ).fetchall()
+            return {name: (node, size) for name, node, size in rows}
+
+        before = files()
+        assert before["turns"][1] > 8192  # 50 turns' worth of pages, dead rows included
+        memory.checkpoint()
+        after = files()
+        assert after["turns"][0] != before["turns"][0], "checkpoint did not rewrite the turns table"
+        assert after["turns"][1] == 8192, "the rewritten turns table should hold one page: the surviving turn"
+        assert [t.id for t in memory.turns(user_id="v")] == ["keep"]
 
 
 # --------------------------------------------------------------------------- the model-call cache, as users get it
@@ -210,7 +293,7 @@ def test_the_model_call_cache_forgets_deleted_turns(tmp_path: Path, deletion: st
     secret = make_secret(request)
     with local_http_server(OpenAICompatible) as url:
         settings = Settings.load(
-            db=tmp_path / "mem.db",
+            db=store_target(tmp_path / "mem.db"),
             engine="hybrid",
             llm="openai",
             llm_base_url=url,
@@ -228,7 +311,7 @@ def test_the_model_call_cache_forgets_deleted_turns(tmp_path: Path, deletion: st
             else:
                 memory.delete_all(user_id="alice")
             checkpoint(memory)
-            leaks = files_containing(tmp_path, secret)
+            leaks = files_with(memory, tmp_path, secret)
             assert not leaks, f"a deleted turn's text is still in the files after a checkpoint: {leaks}"
 
 

@@ -1,6 +1,10 @@
 """The store contract (issue 10, defect 4 and "Forgetting everywhere"): opening a store to read never writes and never
 waits for a writer; a file of another application or of a newer cuemem is refused untouched; an old store is migrated
-and keeps every turn; deleted text leaves the file (secure_delete); history keeps no guessable content hash."""
+and keeps every turn; deleted text leaves the file (secure_delete); history keeps no guessable content hash.
+
+Every test runs on SQLite and on PostgreSQL, except those about SQLite files as such (marked sqlite_only, with why);
+where such a promise has a PostgreSQL meaning, a PostgreSQL test beside it checks that meaning (`*_on_postgres`,
+skipped on SQLite)."""
 
 from __future__ import annotations
 
@@ -12,12 +16,25 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import ENGINES, TRIP, checkpoint, files_containing, open_memory
+from conftest import (
+    ENGINES,
+    TRIP,
+    checkpoint,
+    files_containing,
+    on_postgres,
+    open_memory,
+    store_roots,
+    store_target,
+)
 
+from cuemem import Memory
+from cuemem.store import open_store
 from cuemem.store.base import text_hash
 from cuemem.store.sqlite import SQLiteStore, StoreError
 
@@ -46,6 +63,58 @@ def snapshot(path: Path) -> tuple[bytes, int]:
     return path.read_bytes(), path.stat().st_mtime_ns
 
 
+def files_with(memory: Memory, root: Path, needle: str) -> dict[str, str]:
+    """Every file of the store (`root`, and on PostgreSQL the database's folder) whose bytes hold `needle`."""
+    found: dict[str, str] = {}
+    for folder in store_roots(root, memory):
+        found.update({str(folder / name): around for name, around in files_containing(folder, needle).items()})
+    return found
+
+
+def postgres_only() -> None:
+    if not on_postgres():
+        pytest.skip("the PostgreSQL meaning of a SQLite test of this file")
+
+
+def pg_fingerprint(dsn: str) -> dict[str, Any]:
+    """What a database holds, outside PostgreSQL's catalogs: extensions, relations, and every table's rows."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        extensions = sorted(r[0] for r in conn.execute("SELECT extname FROM pg_extension"))
+        relations = sorted(conn.execute(
+            "SELECT n.nspname, c.relname, c.relkind::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'"
+        ).fetchall())  # fmt: skip
+        rows = {
+            f"{schema}.{name}": conn.execute(
+                f'SELECT md5(COALESCE(string_agg(t::text, chr(10) ORDER BY t::text), \'\')) FROM "{schema}"."{name}" t'
+            ).fetchone()[0]
+            for schema, name, kind in relations
+            if kind == "r"
+        }
+    return {"extensions": extensions, "relations": relations, "rows": rows}
+
+
+def pg_execute(dsn: str, *statements: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+READ_ONLY_WRITES: list[Callable[[Memory], object]] = [
+    lambda memory: memory.add({"id": "new", "text": "a new turn"}, user_id="alice"),
+    lambda memory: memory.add({"id": "new", "text": "a new turn"}, user_id="carol"),
+    lambda memory: memory.delete("d1", user_id="alice"),
+    lambda memory: memory.delete_session("s1", user_id="alice"),
+    lambda memory: memory.delete_all(user_id="bob"),
+    lambda memory: memory.reindex(user_id="alice"),
+]
+
+
+@pytest.mark.sqlite_only("a SQLite file made read-only with chmod; PostgreSQL: the test below (a SELECT-only role)")
 @pytest.mark.parametrize("engine", ENGINES)
 def test_reading_a_read_only_store_never_writes(tmp_path: Path, engine: str):
     """Memory(path, read_only=True): search, export, namespaces, turns, history work on a file that may not be written
@@ -64,17 +133,9 @@ def test_reading_a_read_only_store_never_writes(tmp_path: Path, engine: str):
             assert memory.export(io.StringIO()) == 5
             assert {ns.user_id for ns, _ in memory.namespaces()} == {"alice", "bob"}
             assert len(memory.turns(user_id="alice")) == 4 and memory.history(user_id="alice")
-            writes: list[Callable[[], object]] = [
-                lambda: memory.add({"id": "new", "text": "a new turn"}, user_id="alice"),
-                lambda: memory.add({"id": "new", "text": "a new turn"}, user_id="carol"),
-                lambda: memory.delete("d1", user_id="alice"),
-                lambda: memory.delete_session("s1", user_id="alice"),
-                lambda: memory.delete_all(user_id="bob"),
-                lambda: memory.reindex(user_id="alice"),
-            ]
-            for write in writes:
+            for write in READ_ONLY_WRITES:
                 with pytest.raises(StoreError):
-                    write()
+                    write(memory)
             assert len(memory.turns(user_id="alice")) == 4
         with SQLiteStore(db, read_only=True) as store:
             assert len(store.namespaces()) == 2
@@ -82,6 +143,74 @@ def test_reading_a_read_only_store_never_writes(tmp_path: Path, engine: str):
         for path, mode in modes.items():
             path.chmod(mode)
     assert snapshot(db) == before, "a read-only open changed the store file"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_reading_a_read_only_store_never_writes_on_postgres(tmp_path: Path, engine: str):
+    """Memory(dsn, read_only=True), connected as a role that may only SELECT (PostgreSQL's chmod): search, answer,
+    export, namespaces, turns, history work, every write raises StoreError, and the database is unchanged."""
+    postgres_only()
+    db = tmp_path / "store" / "mem.db"
+    make_store(db, engine)
+    dsn = store_target(db)
+    before = pg_fingerprint(dsn)
+    role = "cuemem_reader"
+    grants = [f"GRANT USAGE ON SCHEMA cuemem TO {role}", f"GRANT SELECT ON ALL TABLES IN SCHEMA cuemem TO {role}"]
+    pg_execute(dsn, f"DROP ROLE IF EXISTS {role}", f"CREATE ROLE {role} LOGIN", *grants)
+    reader_dsn = dsn + ("&" if "?" in dsn else "?") + f"user={role}"  # (a query parameter wins over the URI's user)
+    try:
+        with Memory(reader_dsn, engine=engine, read_only=True, embedder=make_memory_kwargs()["embedder"],
+                    llm=make_memory_kwargs()["llm"], llm_cache=str(tmp_path / "llm-calls.db")) as memory:  # fmt: skip
+            assert memory.store.read_only and memory.store._query("SELECT current_user")[0][0] == role
+            assert "d3" in memory.search("allergic to shellfish", user_id="alice", k=4).turn_ids
+            memory.answer("Who is allergic to shellfish?", user_id="alice")
+            assert memory.export(io.StringIO()) == 5
+            assert {ns.user_id for ns, _ in memory.namespaces()} == {"alice", "bob"}
+            assert len(memory.turns(user_id="alice")) == 4 and memory.history(user_id="alice")
+            for write in READ_ONLY_WRITES:
+                with pytest.raises(StoreError):
+                    write(memory)
+            memory.checkpoint()  # nothing to do on a read-only store, and no error
+            assert len(memory.turns(user_id="alice")) == 4
+    finally:
+        pg_execute(dsn, f"DROP OWNED BY {role}", f"DROP ROLE {role}")
+    assert pg_fingerprint(dsn) == before, "a read-only open changed the database"
+
+
+def make_memory_kwargs() -> dict[str, Any]:
+    """The embedder and model client open_memory gives a Memory (for a Memory opened on another DSN)."""
+    from fakes import fake_llm
+
+    from cuemem.embed import HashingEmbedder
+
+    return {"embedder": HashingEmbedder(), "llm": fake_llm()}
+
+
+@contextmanager
+def holding_the_writer_lock(db: Path) -> Iterator[None]:
+    """Another connection in the middle of a write transaction: on SQLite it holds the file's write lock (BEGIN
+    IMMEDIATE); on PostgreSQL the store's writer lock and the locks of a writer on every table of the store."""
+    if not on_postgres():
+        writer = sqlite3.connect(db, isolation_level=None)
+        writer.execute("BEGIN IMMEDIATE")  # holds the write lock until ROLLBACK
+        try:
+            yield
+        finally:
+            writer.execute("ROLLBACK")
+            writer.close()
+        return
+    import psycopg
+
+    from cuemem.store.postgres import TABLES, WRITE_LOCK
+
+    names = [line.split("(")[0].split()[-1] for line in TABLES.splitlines() if line.startswith("CREATE TABLE")]
+    with psycopg.connect(store_target(db)) as conn:  # not autocommit: one transaction until the rollback
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+        conn.execute(f"LOCK TABLE {', '.join('cuemem.' + n for n in names)} IN ROW EXCLUSIVE MODE")
+        try:
+            yield
+        finally:
+            conn.rollback()
 
 
 @pytest.mark.parametrize("mode", ["open", "read_only"])
@@ -111,14 +240,11 @@ def test_a_read_does_not_wait_for_a_writer(tmp_path: Path, mode: str):
             outcome["error"] = exc
         outcome["seconds"] = time.perf_counter() - start
 
-    writer = sqlite3.connect(db, isolation_level=None)
-    writer.execute("BEGIN IMMEDIATE")  # holds the write lock until ROLLBACK
-    reader = threading.Thread(target=read)
-    reader.start()
-    reader.join(2.0)
-    blocked = reader.is_alive()
-    writer.execute("ROLLBACK")
-    writer.close()
+    with holding_the_writer_lock(db):
+        reader = threading.Thread(target=read)
+        reader.start()
+        reader.join(2.0)
+        blocked = reader.is_alive()
     reader.join(60)
     assert not blocked, f"the read waited behind another connection's write transaction ({outcome})"
     assert "error" not in outcome, outcome
@@ -147,6 +273,7 @@ def not_sqlite(path: Path) -> None:
     path.write_text("name,stock\nbolt,12\n" * 200)
 
 
+@pytest.mark.sqlite_only("SQLite files of other applications; PostgreSQL: the test below (its schema `cuemem`)")
 @pytest.mark.parametrize("make", [foreign_tables, foreign_meta, not_sqlite], ids=lambda f: f.__name__)
 @pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read_only"])
 def test_a_file_of_another_application_is_refused_untouched(tmp_path: Path, make, read_only: bool):
@@ -166,6 +293,36 @@ def test_a_file_of_another_application_is_refused_untouched(tmp_path: Path, make
     )
 
 
+@pytest.mark.parametrize("owner", ["public", "cuemem"])
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read_only"])
+def test_tables_of_another_application_are_left_untouched_on_postgres(tmp_path: Path, read_only: bool, owner: str):
+    """A database is shared: another application's tables in `public` stay as they are when cuemem opens it (it
+    keeps to its schema `cuemem`); a schema `cuemem` that another application made (its own `meta` table) is refused
+    untouched, nothing created first (not even the pgvector extension)."""
+    postgres_only()
+    dsn = store_target(tmp_path / "other.db")
+    pg_execute(dsn, f"CREATE SCHEMA IF NOT EXISTS {owner}",
+               f"CREATE TABLE {owner}.meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+               f"INSERT INTO {owner}.meta VALUES('app', 'inventory'), ('version', '7')",
+               f"CREATE TABLE {owner}.customers(id INTEGER PRIMARY KEY, name TEXT NOT NULL)",
+               f"INSERT INTO {owner}.customers VALUES(1, 'Ada'), (2, 'Grace')")  # fmt: skip
+    before = pg_fingerprint(dsn)
+    error: Exception | None = None
+    try:
+        open_memory(tmp_path / "other.db", "bm25", read_only=read_only).close()
+    except Exception as exc:
+        error = exc
+    after = pg_fingerprint(dsn)
+    if owner == "cuemem" or read_only:  # another application's schema, or nothing cuemem may open read-only
+        assert isinstance(error, StoreError), f"the database was opened ({error!r})"
+        assert after == before, "a refused database was changed"
+    else:
+        assert error is None, error
+        assert {k: v for k, v in after["rows"].items() if k.startswith("public.")} == before["rows"]
+        assert ("cuemem", "meta", "r") in after["relations"]
+
+
+@pytest.mark.sqlite_only("edits the SQLite file's meta table; PostgreSQL: the test below")
 @pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read_only"])
 def test_a_store_of_a_newer_schema_is_refused_untouched(tmp_path: Path, read_only: bool):
     db = tmp_path / "mem.db"
@@ -184,6 +341,24 @@ def test_a_store_of_a_newer_schema_is_refused_untouched(tmp_path: Path, read_onl
     assert isinstance(error, StoreError), f"a store of schema version 999 was opened ({error!r})"
     assert "999" in str(error), f"the error should name the file's schema version: {error}"
     assert db.read_bytes() == before
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read_only"])
+def test_a_store_of_a_newer_schema_is_refused_untouched_on_postgres(tmp_path: Path, read_only: bool):
+    postgres_only()
+    db = tmp_path / "mem.db"
+    make_store(db, "bm25")
+    dsn = store_target(db)
+    pg_execute(dsn, "UPDATE cuemem.meta SET value='999' WHERE key='schema_version'")
+    before = pg_fingerprint(dsn)
+    error: Exception | None = None
+    try:
+        open_memory(db, "bm25", read_only=read_only).close()
+    except Exception as exc:
+        error = exc
+    assert isinstance(error, StoreError), f"a store of schema version 999 was opened ({error!r})"
+    assert "999" in str(error), f"the error should name the database's schema version: {error}"
+    assert pg_fingerprint(dsn) == before
 
 
 # The version-1 schema, as cuemem 0.1.0 wrote it (cuemem/store/sqlite.py at commit 1175fd8): a fixture, frozen here.
@@ -318,6 +493,7 @@ def write_v1_store(path: Path) -> None:
     con.close()
 
 
+@pytest.mark.sqlite_only("a SQLite file of schema version 1; PostgreSQL stores start at their version 1 (no migration)")
 @pytest.mark.parametrize("engine", ["bm25", "hybrid", "stitch"])
 def test_an_old_store_is_migrated_and_keeps_every_turn(tmp_path: Path, engine: str):
     db = tmp_path / "old.db"
@@ -339,18 +515,19 @@ def test_an_old_store_is_migrated_and_keeps_every_turn(tmp_path: Path, engine: s
 
 def test_a_deleted_turn_leaves_no_byte_in_the_store_file(tmp_path: Path):
     """secure_delete: freed pages are zeroed, so a deleted turn's text (here also spilling onto overflow pages) is
-    gone from the file once the WAL is checkpointed. Stock SQLite builds do not zero them unless told to."""
+    gone from the file once the WAL is checkpointed. Stock SQLite builds do not zero them unless told to.
+    PostgreSQL: the big text lives in the table's TOAST; VACUUM FULL rewrites table, TOAST and indexes."""
     secret = "zqx" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:24]
     with open_memory(tmp_path / "mem.db", "fullcontext") as memory:
         memory.add([{"id": f"o{i}", "text": f"ordinary turn {i}"} for i in range(20)], user_id="u")
         memory.add({"id": "big", "text": f"{secret} " * 800}, user_id="u")  # ~30 KB: overflow pages
         memory.add({"id": "small", "text": f"the code is {secret}"}, user_id="u", session_id="x")
         checkpoint(memory)
-        assert files_containing(tmp_path, secret)  # it was on disk
+        assert files_with(memory, tmp_path, secret)  # it was on disk
         memory.delete("big", user_id="u")
         memory.delete_session("x", user_id="u")
         checkpoint(memory)
-        leaks = files_containing(tmp_path, secret)
+        leaks = files_with(memory, tmp_path, secret)
         assert not leaks, f"deleted text is still in the file after a checkpoint: {leaks}"
 
 
@@ -374,7 +551,7 @@ def test_history_keeps_no_guessable_content_hash(tmp_path: Path):
             f"history holds the unsalted content hash of the deleted message: {history}"
         )
         checkpoint(a)
-        assert not files_containing(a_path.parent, unsalted[:16])
+        assert not files_with(a, a_path.parent, unsalted[:16])
         assert id_a != id_b, "the same message gets the same id in two stores: ids are guessable from content"
         (again,) = b.add(message, user_id="u", session_id="s").skipped
         assert again == id_b
@@ -382,6 +559,7 @@ def test_history_keeps_no_guessable_content_hash(tmp_path: Path):
         assert b.add(message, user_id="u", session_id="s").skipped == [id_b]
 
 
+@pytest.mark.sqlite_only("no store is opened: the error class only")
 def test_store_error_is_a_public_cuemem_error():
     from cuemem import CuememError, errors
 
@@ -427,13 +605,14 @@ def test_engine_state_is_refused_to_an_owner_whose_rows_outlive_it(tmp_path: Pat
     """An owner declared on_delete="rows" keeps its derived state in items (which deletes reach), not in kv."""
     from cuemem.store.base import DerivedSpec
 
-    with SQLiteStore(tmp_path / "s.db") as store:
+    with open_store(store_target(tmp_path / "s.db")) as store:
         store.declare(DerivedSpec("rowsy", ("turn",), "rows"))
         ns = store.namespace_id(__import__("cuemem").Namespace("u"), create=True)
         with pytest.raises(StoreError, match="on_delete='rows'"):
             store.kv_set(ns, "rowsy", "state", {"summary": "quotes a turn"})
 
 
+@pytest.mark.sqlite_only("SQLite's application_id header field; PostgreSQL has no such field")
 def test_an_empty_file_of_another_application_is_refused(tmp_path: Path):
     path = tmp_path / "other.db"
     conn = sqlite3.connect(path)
@@ -462,6 +641,7 @@ def test_remembered_embeddings_of_deleted_turns_are_purged(tmp_path: Path):
         assert {docs[t] for t in ("d1", "d2", "d4")} <= set(kept)  # survivors' documents stay for the rebuild
 
 
+@pytest.mark.sqlite_only("a SQLite reader holding the WAL; PostgreSQL: the test below")
 def test_a_checkpoint_blocked_by_a_reader_says_so(tmp_path: Path):
     with open_memory(tmp_path / "m.db", "bm25") as memory:
         memory.add(TRIP, user_id="alice")
@@ -477,6 +657,29 @@ def test_a_checkpoint_blocked_by_a_reader_says_so(tmp_path: Path):
             reader.execute("COMMIT")
             reader.close()
         memory.checkpoint()  # now it goes through
+
+
+def test_a_checkpoint_blocked_by_a_reader_says_so_on_postgres(tmp_path: Path):
+    """VACUUM FULL needs each table to itself: behind another session's open transaction it must give up after the
+    store's timeout and say so (not wait without end, queueing every read of the table behind it)."""
+    postgres_only()
+    import psycopg
+
+    with open_memory(tmp_path / "m.db", "bm25") as memory:
+        memory.add(TRIP, user_id="alice")
+        memory.store.timeout = 0.5  # type: ignore[attr-defined]
+        with psycopg.connect(str(memory.settings.db)) as reader:  # not autocommit: the snapshot stays open
+            reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            reader.execute("SELECT COUNT(*) FROM cuemem.turns").fetchone()  # holds the table until its end
+            memory.delete("d1", user_id="alice")
+            start = time.perf_counter()
+            with pytest.raises(StoreError, match=r"checkpoint .* was blocked"):
+                memory.checkpoint()
+            assert time.perf_counter() - start < 5
+            assert [t.id for t in memory.turns(user_id="alice")] == ["d2", "d3", "d4"]  # reads go on
+            reader.rollback()
+        memory.checkpoint()  # now it goes through
+        assert memory.store._query("SHOW lock_timeout")[0][0] == "0"  # type: ignore[attr-defined]
 
 
 def test_a_variant_with_other_parameters_keeps_its_own_state(tmp_path: Path):
@@ -502,6 +705,7 @@ def test_several_locomo_samples_into_one_run_are_refused(tmp_path: Path):
         assert report.added == 2 and sorted(str(ns.run_id) for ns, _ in memory.namespaces()) == ["x", "y"]
 
 
+@pytest.mark.sqlite_only("migrates a SQLite file of schema version 1; the PostgreSQL store has no older version")
 def test_old_namespace_ids_are_normalised_or_kept_reachable_by_the_migration(tmp_path: Path):
     """v1 took ids as given; v2 normalises them (NFC, stripped) and refuses invisible characters. The migration
     brings old ids in line where it can, and a store row a new Namespace would refuse is still listed and deletable."""

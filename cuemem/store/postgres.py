@@ -410,6 +410,23 @@ class PostgresStore:
                 continue
             return conn
 
+    def _begun(self, *statements: tuple[str, tuple[Any, ...]]) -> Any:
+        """A pooled connection with `statements` run on it (a transaction begun). A connection found broken by
+        them is replaced and they are run once more: nothing had been done on it yet."""
+        for attempt in (0, 1):
+            conn = self._getconn(check=attempt > 0)
+            try:
+                for statement, params in statements:
+                    conn.execute(statement, params)
+                return conn
+            except psycopg.Error as exc:
+                with suppress(psycopg.Error):
+                    conn.execute("ROLLBACK")
+                self._putconn(conn)
+                if attempt or not (isinstance(exc, psycopg.OperationalError) and conn.broken):
+                    raise
+        raise AssertionError("unreachable")
+
     def _putconn(self, conn: Any) -> None:
         self._last_used[id(conn)] = time.monotonic()
         with suppress(Exception):
@@ -429,13 +446,12 @@ class PostgresStore:
         if self._bound.conn is not None:
             yield
             return
-        conn = self._getconn()
+        try:
+            conn = self._begun(("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", ()))
+        except psycopg.Error as exc:
+            raise self._unavailable(exc, "start a read") from exc
         self._bound.conn, self._bound.writing = conn, False
         try:
-            try:
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            except psycopg.Error as exc:
-                raise self._unavailable(exc, "start a read") from exc
             try:
                 yield
             finally:
@@ -479,16 +495,12 @@ class PostgresStore:
             except psycopg.Error as exc:
                 raise self._failed(exc) from exc
             return
-        conn = self._getconn()
+        try:
+            conn = self._begun(("BEGIN", ()), ("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,)))
+        except psycopg.Error as exc:
+            raise self._failed(exc) from exc
         bound.conn, bound.writing, bound.depth = conn, True, 1
         try:
-            try:
-                conn.execute("BEGIN")
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
-            except psycopg.Error as exc:
-                with suppress(psycopg.Error):
-                    conn.execute("ROLLBACK")
-                raise self._failed(exc) from exc
             try:
                 yield conn
             except BaseException as exc:
