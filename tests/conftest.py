@@ -39,7 +39,8 @@ ENGINES = sorted(available_engines())
 # The suites named here run every test twice, on SQLite and on PostgreSQL + pgvector (issue 26): an autouse
 # fixture `store_kind` is parametrised for them, and `store_target(path)` turns a test's store path into a fresh
 # PostgreSQL database (one per path, dropped after the test) when the kind is "postgres". A test that is
-# SQLite-only carries `@pytest.mark.sqlite_only("why")`.
+# SQLite-only carries `@pytest.mark.sqlite_only("why")`, one that is PostgreSQL's form of a SQLite test
+# `@pytest.mark.postgres_only("why")`.
 STORES = ["sqlite", "postgres"]
 BOTH_STORES = {
     "test_isolation", "test_crash", "test_forgetting", "test_concurrency", "test_hostile", "test_memory",
@@ -123,6 +124,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     module = metafunc.module.__name__.rsplit(".", 1)[-1]
     if "store_kind" in metafunc.fixturenames and module in BOTH_STORES:
         kinds = ["sqlite"] if metafunc.definition.get_closest_marker("sqlite_only") else STORES
+        if metafunc.definition.get_closest_marker("postgres_only"):
+            kinds = ["postgres"]
         metafunc.parametrize("store_kind", kinds, indirect=True)
 
 

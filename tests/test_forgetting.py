@@ -233,11 +233,10 @@ def test_checkpoint_empties_the_wal(tmp_path: Path):
         assert len(memory.turns(user_id="u")) == 50
 
 
+@pytest.mark.postgres_only("SQLite: test_checkpoint_empties_the_wal")
 def test_checkpoint_rewrites_the_tables_on_postgres(tmp_path: Path):
     """PostgreSQL's meaning of a checkpoint: VACUUM FULL gives every table holding user text a new, compact file
     (the old one, dead rows and all, is removed), and CHECKPOINT flushes it."""
-    if not on_postgres():
-        pytest.skip("PostgreSQL only (SQLite: test_checkpoint_empties_the_wal)")
     import psycopg
 
     with open_memory(tmp_path / "mem.db", "bm25") as memory:

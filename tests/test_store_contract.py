@@ -4,7 +4,7 @@ and keeps every turn; deleted text leaves the file (secure_delete); history keep
 
 Every test runs on SQLite and on PostgreSQL, except those about SQLite files as such (marked sqlite_only, with why);
 where such a promise has a PostgreSQL meaning, a PostgreSQL test beside it checks that meaning (`*_on_postgres`,
-skipped on SQLite)."""
+marked postgres_only)."""
 
 from __future__ import annotations
 
@@ -69,11 +69,6 @@ def files_with(memory: Memory, root: Path, needle: str) -> dict[str, str]:
     for folder in store_roots(root, memory):
         found.update({str(folder / name): around for name, around in files_containing(folder, needle).items()})
     return found
-
-
-def postgres_only() -> None:
-    if not on_postgres():
-        pytest.skip("the PostgreSQL meaning of a SQLite test of this file")
 
 
 def pg_fingerprint(dsn: str) -> dict[str, Any]:
@@ -145,11 +140,11 @@ def test_reading_a_read_only_store_never_writes(tmp_path: Path, engine: str):
     assert snapshot(db) == before, "a read-only open changed the store file"
 
 
+@pytest.mark.postgres_only("the PostgreSQL meaning of a SQLite test of this file")
 @pytest.mark.parametrize("engine", ENGINES)
 def test_reading_a_read_only_store_never_writes_on_postgres(tmp_path: Path, engine: str):
     """Memory(dsn, read_only=True), connected as a role that may only SELECT (PostgreSQL's chmod): search, answer,
     export, namespaces, turns, history work, every write raises StoreError, and the database is unchanged."""
-    postgres_only()
     db = tmp_path / "store" / "mem.db"
     make_store(db, engine)
     dsn = store_target(db)
@@ -293,13 +288,13 @@ def test_a_file_of_another_application_is_refused_untouched(tmp_path: Path, make
     )
 
 
+@pytest.mark.postgres_only("the PostgreSQL meaning of a SQLite test of this file")
 @pytest.mark.parametrize("owner", ["public", "cuemem"])
 @pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read_only"])
 def test_tables_of_another_application_are_left_untouched_on_postgres(tmp_path: Path, read_only: bool, owner: str):
     """A database is shared: another application's tables in `public` stay as they are when cuemem opens it (it
     keeps to its schema `cuemem`); a schema `cuemem` that another application made (its own `meta` table) is refused
     untouched, nothing created first (not even the pgvector extension)."""
-    postgres_only()
     dsn = store_target(tmp_path / "other.db")
     pg_execute(dsn, f"CREATE SCHEMA IF NOT EXISTS {owner}",
                f"CREATE TABLE {owner}.meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -343,9 +338,9 @@ def test_a_store_of_a_newer_schema_is_refused_untouched(tmp_path: Path, read_onl
     assert db.read_bytes() == before
 
 
+@pytest.mark.postgres_only("the PostgreSQL meaning of a SQLite test of this file")
 @pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read_only"])
 def test_a_store_of_a_newer_schema_is_refused_untouched_on_postgres(tmp_path: Path, read_only: bool):
-    postgres_only()
     db = tmp_path / "mem.db"
     make_store(db, "bm25")
     dsn = store_target(db)
@@ -659,10 +654,10 @@ def test_a_checkpoint_blocked_by_a_reader_says_so(tmp_path: Path):
         memory.checkpoint()  # now it goes through
 
 
+@pytest.mark.postgres_only("the PostgreSQL meaning of a SQLite test of this file")
 def test_a_checkpoint_blocked_by_a_reader_says_so_on_postgres(tmp_path: Path):
     """VACUUM FULL needs each table to itself: behind another session's open transaction it must give up after the
     store's timeout and say so (not wait without end, queueing every read of the table behind it)."""
-    postgres_only()
     import psycopg
 
     with open_memory(tmp_path / "m.db", "bm25") as memory:
