@@ -237,3 +237,42 @@ def test_two_servers_one_database_kill_9_loses_nothing(dsn: str, tmp_path: Path)
     finally:
         for process in servers:
             stop(process)
+
+
+def test_a_stopped_database_is_a_503_and_service_resumes_when_it_returns(dsn: str, tmp_path: Path) -> None:
+    """PostgreSQL stopped under a running server: writes, reads and /healthz answer 503 `store_unavailable` with the
+    store's message (no password, quickly), nothing half-written; once it is back the same server process serves
+    again, and the log holds exactly the acknowledged writes."""
+    from test_postgres import server_stopped
+
+    keys = tmp_path / "keys"
+    ring = KeyRing(keys)
+    token = ring.create(user_id="maya")[1]
+    ring.close()
+    port = free_port()
+    server = serve(dsn, keys, port, tmp_path / "server.log")
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"},
+                          timeout=60) as client:  # fmt: skip
+            assert add(client, [{"id": "before", "text": "the lantern is in the harbour shed"}]).status_code == 200
+            with server_stopped("fast"):
+                for response in (
+                    add(client, [{"id": "during", "text": "written while the database is down"}]),
+                    client.get("/v1/memories/search", params={"q": "lantern"}),
+                    client.get("/v1/memories/before"),
+                    client.get("/healthz"),
+                ):
+                    assert response.status_code == 503, response.text
+                    body = response.json()
+                    assert body["error"] == "store_unavailable" and "unavailable" in body["message"], body
+                    assert response.elapsed.total_seconds() < 5, response.elapsed
+            assert client.get("/healthz").status_code == 200
+            hits = client.get("/v1/memories/search", params={"q": "lantern"}).json()["hits"]
+            assert [h["turn_ids"] for h in hits] == [["before"]]
+            assert client.get("/v1/memories/during").status_code == 404  # the refused write left nothing
+            assert add(client, [{"id": "after", "text": "written once it was back"}]).status_code == 200
+            listed = client.get("/v1/memories").json()
+            ids = [t["id"] for t in listed["turns"]] if isinstance(listed, dict) else [t["id"] for t in listed]
+            assert ids == ["before", "after"]
+    finally:
+        stop(server)

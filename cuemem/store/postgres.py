@@ -394,8 +394,16 @@ class PostgresStore:
         before each doubled its round trips (benchmarks/load.py)."""
         deadline = time.monotonic() + self.timeout
         while True:
+            if check:  # a connection was found broken: if the server refuses a new one, say so now, not at the deadline
+                self._probe()
             try:
-                conn = self._pool.getconn(timeout=max(0.001, deadline - time.monotonic()))
+                try:
+                    conn = self._pool.getconn(timeout=min(0.05, max(0.001, deadline - time.monotonic())))
+                except PoolTimeout:
+                    # None free at once: every connection is busy, or the pool is reconnecting to a server that went
+                    # away. A probe tells which, so a down server is an error now, not at the deadline.
+                    self._probe()
+                    conn = self._pool.getconn(timeout=max(0.001, deadline - time.monotonic()))
             except PoolTimeout as exc:
                 raise StoreError(f"PostgreSQL at {self.path} is unavailable: no connection within"
                                  f" {self.timeout:g} s") from exc  # fmt: skip
@@ -407,8 +415,17 @@ class PostgresStore:
                 ConnectionPool.check_connection(conn)
             except psycopg.Error:
                 self._putconn(conn)  # broken: the pool closes it and opens a new one
+                check = True
                 continue
             return conn
+
+    def _probe(self) -> None:
+        """Raise StoreError at once when the server refuses a new connection (stopped, unreachable), so a request
+        meets a down database with a clear error in milliseconds instead of waiting out the pool's timeout."""
+        try:
+            psycopg.connect(self.dsn, autocommit=True, connect_timeout=max(1, int(self.timeout))).close()
+        except psycopg.OperationalError as exc:
+            raise self._unavailable(exc, "connect") from exc
 
     def _begun(self, *statements: tuple[str, tuple[Any, ...]]) -> Any:
         """A pooled connection with `statements` run on it (a transaction begun). A connection found broken by
