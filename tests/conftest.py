@@ -66,7 +66,7 @@ class PG:
             if os.environ.get("CI"):
                 raise
             pytest.skip("pgserver is not installed: pip install -e '.[dev,postgres]'")
-        cls.server = pgserver.get_server(root, cleanup_mode="stop")
+        cls.server = pgserver.get_server(root, cleanup_mode="delete")  # stopped and removed when the session ends
         cls.uri = cls.server.get_uri()
         import psycopg
 
@@ -75,6 +75,7 @@ class PG:
         # only a crash of the machine could, which no test makes. It makes checkpoints and CREATE DATABASE cheap.
         with psycopg.connect(cls.uri, autocommit=True) as conn:
             conn.execute("ALTER SYSTEM SET fsync = off")
+            conn.execute("ALTER SYSTEM SET full_page_writes = off")
             conn.execute("SELECT pg_reload_conf()")
 
     @classmethod

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import ENGINES, Forker, derived_state, open_memory, state_diff
+from conftest import ENGINES, Forker, derived_state, open_memory, state_diff, store_target
 
 from cuemem import CuememError, Memory, TurnNotFoundError, UnknownNamespaceError
 
@@ -131,7 +131,7 @@ def test_four_processes_on_one_file_ingest_as_one(tmp_path: Path, engine: str, f
     children = []
     for w in range(WORKERS):
         batches = json.dumps([batch(w, b) for b in range(ADDS)])
-        children.append(forker.start(WORKER, str(db), engine, cache, str(w), batches, str(go)))
+        children.append(forker.start(WORKER, store_target(db), engine, cache, str(w), batches, str(go)))
     try:
         for child in children:
             child.wait_for(lambda child=child: "ready" in child.lines())

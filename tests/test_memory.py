@@ -6,7 +6,7 @@ import io
 import json
 
 import pytest
-from conftest import ENGINES, TRIP
+from conftest import ENGINES, TRIP, store_target
 
 from cuemem import InvalidTurnError, Memory, TurnNotFoundError, UnknownEngineError, UnknownNamespaceError
 from cuemem.embed import HashingEmbedder
@@ -235,7 +235,7 @@ def test_pending_and_catch_up_report_what_a_new_embedder_must_index(tmp_path):
     from cuemem import Memory
     from cuemem.embed import HashingEmbedder
 
-    path = tmp_path / "m.db"
+    path = store_target(tmp_path / "m.db")
     with Memory(path, engine="dense", embedder=HashingEmbedder(dim=64)) as memory:
         memory.add(TRIP, user_id="maya")
         assert memory.pending(user_id="maya") == 0
