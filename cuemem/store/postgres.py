@@ -738,6 +738,14 @@ class PostgresStore:
     def delete_turns(self, ns: int, turn_ids: Sequence[str] | None = None, session_id: str | None = None) -> int:
         """Delete turns (by id, or a whole session) and, in the same transaction, every derived row that depends
         on them (DerivedSpec says how), the namespace's cached model calls and the embeddings of their text."""
+        if self._bound.conn is None:  # nothing to delete: answer without queueing behind the writer lock
+            if session_id is not None:
+                found = self._query("SELECT 1 FROM turns WHERE ns=%s AND session_id=%s LIMIT 1", (ns, _enc(session_id)))
+            else:
+                found = self._query("SELECT 1 FROM turns WHERE ns=%s AND turn_id = ANY(%s) LIMIT 1",
+                                    (ns, [_enc(t) for t in turn_ids or []]))  # fmt: skip
+            if not found:
+                return 0
         with self._write() as c:
             if session_id is not None:
                 seqs = [int(r[0]) for r in c.execute("SELECT seq FROM turns WHERE ns=%s AND session_id=%s",
