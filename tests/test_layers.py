@@ -17,7 +17,7 @@ LAYERS: list[tuple[int, list[str]]] = [
     (2, ["cuemem.index", "cuemem.index.*", "cuemem.llm", "cuemem.llm.*", "cuemem.embed", "cuemem.embed.*"]),
     (3, ["cuemem.engines", "cuemem.engines.*", "cuemem.answer"]),
     (4, ["cuemem.memory"]),
-    (5, ["cuemem.agent", "cuemem.agent.*", "cuemem.integrations", "cuemem.integrations.*"]),
+    (5, ["cuemem.agent", "cuemem.agent.*", "cuemem.integrations", "cuemem.integrations.*", "cuemem.migrate"]),
     (
         6,
         [
