@@ -72,7 +72,8 @@ DIMS = 512  # hashing vectors
 MINILM_DIMS = 384
 EF_SWEEP = "40,64,100,200,400"  # hnsw.ef_search values whose recall and latency are measured on dev and test
 RECALL_TARGET = 0.95  # the smallest swept ef_search whose dev recall@10 reaches this is chosen
-CONFIG: dict[str, Any] = {"vectors": "minilm-perturbed", "cosine": 0.9, "data": Path("/tmp/cuemem-scale")}
+CONFIG: dict[str, Any] = {"vectors": "minilm-perturbed", "cosine": 0.9, "spread": 0.0,
+                          "data": Path("/tmp/cuemem-scale")}
 
 
 # --------------------------------------------------------------------------- data
@@ -160,10 +161,16 @@ def perturbed(firsts: list[int], base: Any, sigma: float) -> Any:
     from cuemem.embed.base import normalize
 
     out = np.empty((len(firsts), base.shape[1]), dtype=np.float32)
+    spread = CONFIG["spread"]
     for row, i in enumerate(firsts):
         out[row] = base[i % len(base)]
         if i >= len(base):
-            out[row] += sigma * np.random.default_rng((SEED, i)).standard_normal(base.shape[1], dtype=np.float32)
+            rng = np.random.default_rng((SEED, i))
+            scale = sigma
+            if spread > 0:  # --copy-spread: each copy's own target cosine, drawn around the mean (real copies vary)
+                target = float(np.clip(CONFIG["cosine"] + spread * rng.standard_normal(), 0.6, 0.995))
+                scale = noise_sigma(target, base.shape[1])
+            out[row] += scale * rng.standard_normal(base.shape[1], dtype=np.float32)
     return normalize(out)
 
 
@@ -596,8 +603,10 @@ def phase_dupcheck(dsn: str, n: int, count: int, efs: str, mwm: str) -> dict:
         out["copy_s"] = time.perf_counter() - start
         conn.execute(f"SET maintenance_work_mem = '{mwm}'")
         start = time.perf_counter()
+        m, ef_construction = CONFIG.get("hnsw_m") or HNSW_M, CONFIG.get("hnsw_ef_construction") or HNSW_EF_CONSTRUCTION
+        out["hnsw"] = {"m": m, "ef_construction": ef_construction}
         conn.execute(f"CREATE INDEX bench_vec_hnsw ON public.bench_vec USING hnsw (vec vector_cosine_ops)"
-                     f" WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")  # fmt: skip
+                     f" WITH (m = {int(m)}, ef_construction = {int(ef_construction)})")  # fmt: skip
         out["hnsw_s"] = time.perf_counter() - start
         embedder = make_embedder()
         sweep: dict = {}
@@ -672,7 +681,9 @@ def phase_fts(dsn: str, count: int) -> dict:
 
 # --------------------------------------------------------------------------- driver
 def run_phase(*args: str) -> dict:
-    flags = ["--vectors", CONFIG["vectors"], "--copy-cosine", str(CONFIG["cosine"]), "--data", str(CONFIG["data"])]
+    flags = ["--vectors", CONFIG["vectors"], "--copy-cosine", str(CONFIG["cosine"]), "--copy-spread",
+             str(CONFIG["spread"]), "--data", str(CONFIG["data"]), "--hnsw-m", str(CONFIG.get("hnsw_m") or 0),
+             "--hnsw-ef-construction", str(CONFIG.get("hnsw_ef_construction") or 0)]
     cmd = [sys.executable, __file__, *flags, "--phase", *args]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -725,6 +736,11 @@ def main() -> None:
     parser.add_argument("--engines", default="bm25,dense,hybrid")
     parser.add_argument("--vectors", default=CONFIG["vectors"], choices=("minilm-perturbed", "minilm", "hashing"))
     parser.add_argument("--copy-cosine", type=float, default=CONFIG["cosine"], help="minilm-perturbed's target")
+    parser.add_argument("--hnsw-m", type=int, default=0, help="--dupcheck only: HNSW m (0: the store's)")
+    parser.add_argument("--hnsw-ef-construction", type=int, default=0, help="--dupcheck only (0: the store's)")
+    parser.add_argument("--copy-spread", type=float, default=0.0,
+                        help="sd of each copy's own target cosine (0: every copy at --copy-cosine; real MiniLM copies"
+                             " measured sd 0.077)")
     parser.add_argument("--queries", type=int, default=200, help="test questions timed per engine")
     parser.add_argument("--recall-queries", type=int, default=200, help="dev and test questions each, for recall")
     parser.add_argument("--ef-sweep", default=EF_SWEEP, help="hnsw.ef_search values for recall (PostgreSQL)")
@@ -741,7 +757,8 @@ def main() -> None:
     parser.add_argument("--out", default="bench-out/scale.json")
     parser.add_argument("--phase", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    CONFIG.update(vectors=args.vectors, cosine=args.copy_cosine, data=Path(args.data))
+    CONFIG.update(vectors=args.vectors, cosine=args.copy_cosine, spread=args.copy_spread, data=Path(args.data),
+                  hnsw_m=args.hnsw_m, hnsw_ef_construction=args.hnsw_ef_construction)
 
     if args.phase:
         name, *rest = args.phase
