@@ -12,7 +12,8 @@ Vector search is a store capability, so a server-grade store (pgvector) can answ
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -91,6 +92,45 @@ class CachedCall:
 def text_hash(text: str) -> str:
     """The key of embedding caches: SHA-1 of the exact text embedded."""
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def canonical_state(
+    turns: Iterable[tuple[int, str]],
+    items: Iterable[tuple[int, str, str, str, str, int]],
+    links: Iterable[tuple[int, int, int]],
+    labels: Iterable[tuple[int, str, str]],
+    vectors: Iterable[tuple[int, str, str, bytes]],
+    kv: Iterable[tuple[str, str, str]],
+    watermarks: Iterable[tuple[str, int]],
+) -> dict[str, Any]:
+    """`Store.derived_state` from a namespace's rows, in one store-independent form (turn ids, not row ids; vectors
+    by the SHA-1 of their float32 bytes), so two stores fed the same log compare equal. Rows: turns (seq, turn id),
+    items (id, space, key, text, meta JSON, tokens), links (item, turn seq, cited), labels (item, kind, label),
+    vectors (item, model, text hash, float32 bytes), kv (owner, key, value JSON), watermarks (key, upto)."""
+    ids = dict(turns)
+    entries: dict[int, dict[str, Any]] = {}
+    names: dict[int, str] = {}
+    for item_id, space, key, text, meta, tokens in items:
+        names[item_id] = f"{space}/{key}"
+        entries[item_id] = {"text": text, "meta": json.loads(meta), "tokens": tokens, "cites": [], "quotes": [],
+                            "labels": [], "vectors": {}}  # fmt: skip
+    for item_id, seq, cited in sorted(links, key=lambda row: row[1]):
+        entries[item_id]["cites" if cited else "quotes"].append(ids.get(seq, f"?{seq}"))
+    for item_id, kind, label in labels:
+        entries[item_id]["labels"].append([kind, label])
+    for item_id, model, digest, blob in vectors:
+        entries[item_id]["vectors"][model] = [digest, hashlib.sha1(blob).hexdigest()]
+    for entry in entries.values():
+        entry["labels"].sort()
+    state: dict[str, dict[str, Any]] = {}
+    for owner, key, value in kv:
+        state.setdefault(owner, {})[key] = json.loads(value)
+    marks = {}
+    for key, upto in watermarks:
+        done = [s for s in ids if s <= upto]
+        marks[key] = ids[max(done)] if done else None
+    return {"items": {names[i]: entries[i] for i in sorted(entries, key=lambda i: names[i])}, "state": state,
+            "watermarks": marks}  # fmt: skip
 
 
 class Store(Protocol):

@@ -31,7 +31,7 @@ import numpy as np
 from ..config import is_dsn, redact
 from ..errors import StoreError, TurnNotFoundError, UnknownNamespaceError
 from ..types import Namespace, Turn
-from .base import AppendResult, CachedCall, DerivedSpec, Item, NewItem
+from .base import AppendResult, CachedCall, DerivedSpec, Item, NewItem, canonical_state
 
 try:  # the optional extra `postgres`
     import psycopg
@@ -1141,38 +1141,22 @@ class PostgresStore:
     def derived_state(self, ns: int) -> dict[str, Any]:
         """Every derived row of a namespace in a canonical, store-independent form (turn ids, not row ids):
         equal to SQLiteStore.derived_state for the same log."""
+        q = self._query
         with self.snapshot():
-            ids = {int(s): _dec(t) for s, t in self._query("SELECT seq, turn_id FROM turns WHERE ns=%s", (ns,))}
-            items: dict[int, dict[str, Any]] = {}
-            names: dict[int, str] = {}
-            for item_id, space, key, text, meta, tokens in self._query(
-                "SELECT id, space, key, text, meta, tokens FROM items WHERE ns=%s", (ns,)
-            ):
-                names[item_id] = f"{space}/{_dec(key)}"
-                items[item_id] = {"text": _dec(text), "meta": json.loads(meta), "tokens": tokens, "cites": [],
-                                  "quotes": [], "labels": [], "vectors": {}}  # fmt: skip
-            for item_id, seq, cited in self._query(
-                "SELECT item, turn_seq, cited FROM item_turns WHERE ns=%s ORDER BY turn_seq", (ns,)
-            ):
-                items[item_id]["cites" if cited else "quotes"].append(ids.get(int(seq), f"?{seq}"))
-            for item_id, kind, label in self._query("SELECT item, kind, label FROM labels WHERE ns=%s", (ns,)):
-                items[item_id]["labels"].append([kind, _dec(label)])
-            for item_id, model, digest, vec in self._query(
-                "SELECT item, model, text_hash, vec FROM vectors WHERE ns=%s", (ns,)
-            ):
-                blob = _array(vec).tobytes()
-                items[item_id]["vectors"][model] = [digest, hashlib.sha1(blob).hexdigest()]
-            for entry in items.values():
-                entry["labels"].sort()
-            state: dict[str, dict[str, Any]] = {}
-            for owner, key, value in self._query("SELECT engine, key, value FROM kv WHERE ns=%s", (ns,)):
-                state.setdefault(owner, {})[_dec(key)] = json.loads(value)
-            marks = {}
-            for key, upto in self._query("SELECT engine, upto FROM watermarks WHERE ns=%s", (ns,)):
-                done = [s for s in ids if s <= upto]
-                marks[key] = ids[max(done)] if done else None
-        return {"items": {names[i]: items[i] for i in sorted(items, key=lambda i: names[i])}, "state": state,
-                "watermarks": marks}  # fmt: skip
+            return canonical_state(
+                ((int(seq), _dec(t)) for seq, t in q("SELECT seq, turn_id FROM turns WHERE ns=%s", (ns,))),
+                ((int(i), space, _dec(key), _dec(text), meta, tokens) for i, space, key, text, meta, tokens
+                 in q("SELECT id, space, key, text, meta, tokens FROM items WHERE ns=%s", (ns,))),
+                ((int(i), int(seq), cited) for i, seq, cited
+                 in q("SELECT item, turn_seq, cited FROM item_turns WHERE ns=%s", (ns,))),
+                ((int(i), kind, _dec(label)) for i, kind, label
+                 in q("SELECT item, kind, label FROM labels WHERE ns=%s", (ns,))),
+                ((int(i), model, digest, _array(vec).tobytes()) for i, model, digest, vec
+                 in q("SELECT item, model, text_hash, vec FROM vectors WHERE ns=%s", (ns,))),
+                ((owner, _dec(key), value) for owner, key, value
+                 in q("SELECT engine, key, value FROM kv WHERE ns=%s", (ns,))),
+                ((key, int(upto)) for key, upto in q("SELECT engine, upto FROM watermarks WHERE ns=%s", (ns,))),
+            )
 
     # ------------------------------------------------------------------ the model-call cache
     def cached_call(self, ns: int, key: str) -> str | None:

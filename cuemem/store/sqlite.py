@@ -12,7 +12,6 @@ is refused untouched.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import secrets
 import sqlite3
@@ -28,7 +27,7 @@ import numpy as np
 
 from ..errors import StoreError, TurnNotFoundError, UnknownNamespaceError
 from ..types import Namespace, Turn
-from .base import AppendResult, CachedCall, DerivedSpec, Item, NewItem, text_hash
+from .base import AppendResult, CachedCall, DerivedSpec, Item, NewItem, canonical_state, text_hash
 from .vectors import DenseIndex
 
 __all__ = ["SCHEMA_VERSION", "AppendResult", "Item", "NewItem", "SQLiteStore", "StoreError", "text_hash"]
@@ -874,36 +873,17 @@ class SQLiteStore:
     def derived_state(self, ns: int) -> dict[str, Any]:
         """Every derived row of a namespace in a canonical, store-independent form (turn ids, not row ids):
         two stores fed the same log compare equal."""
-        ids = dict(self._query("SELECT seq, turn_id FROM turns WHERE ns=?", (ns,)))
-        items: dict[int, dict[str, Any]] = {}
-        names: dict[int, str] = {}
-        for item_id, space, key, text, meta, tokens in self._query(
-            "SELECT id, space, key, text, meta, tokens FROM items WHERE ns=?", (ns,)
-        ):
-            names[item_id] = f"{space}/{key}"
-            items[item_id] = {"text": text, "meta": json.loads(meta), "tokens": tokens, "cites": [], "quotes": [],
-                              "labels": [], "vectors": {}}  # fmt: skip
-        for item_id, seq, cited in self._query(
-            "SELECT item, turn_seq, cited FROM item_turns WHERE ns=? ORDER BY turn_seq", (ns,)
-        ):
-            items[item_id]["cites" if cited else "quotes"].append(ids.get(seq, f"?{seq}"))
-        for item_id, kind, label in self._query("SELECT item, kind, label FROM labels WHERE ns=?", (ns,)):
-            items[item_id]["labels"].append([kind, label])
-        for item_id, model, digest, blob in self._query(
-            "SELECT item, model, text_hash, vec FROM vectors WHERE ns=?", (ns,)
-        ):
-            items[item_id]["vectors"][model] = [digest, hashlib.sha1(blob).hexdigest()]
-        for entry in items.values():
-            entry["labels"].sort()
-        state: dict[str, dict[str, Any]] = {}
-        for owner, key, value in self._query("SELECT engine, key, value FROM kv WHERE ns=?", (ns,)):
-            state.setdefault(owner, {})[key] = json.loads(value)
-        marks = {}
-        for key, upto in self._query("SELECT engine, upto FROM watermarks WHERE ns=?", (ns,)):
-            done = [s for s in ids if s <= upto]
-            marks[key] = ids[max(done)] if done else None
-        return {"items": {names[i]: items[i] for i in sorted(items, key=lambda i: names[i])}, "state": state,
-                "watermarks": marks}  # fmt: skip
+        q = self._query
+        with self.snapshot():
+            return canonical_state(
+                q("SELECT seq, turn_id FROM turns WHERE ns=?", (ns,)),
+                q("SELECT id, space, key, text, meta, tokens FROM items WHERE ns=?", (ns,)),
+                q("SELECT item, turn_seq, cited FROM item_turns WHERE ns=?", (ns,)),
+                q("SELECT item, kind, label FROM labels WHERE ns=?", (ns,)),
+                q("SELECT item, model, text_hash, vec FROM vectors WHERE ns=?", (ns,)),
+                q("SELECT engine, key, value FROM kv WHERE ns=?", (ns,)),
+                q("SELECT engine, upto FROM watermarks WHERE ns=?", (ns,)),
+            )
 
     # ------------------------------------------------------------------ the model-call cache
     def cached_call(self, ns: int, key: str) -> str | None:
