@@ -127,8 +127,9 @@ def _settings(**overrides: Any) -> Settings:
 def main(
     db: Annotated[
         str | None,
-        typer.Option(help="Store: a SQLite file, or a PostgreSQL DSN postgresql://… (default: $CUEMEM_DB or the user"
-                     " data dir)."),
+        typer.Option(
+            help="Store: a SQLite file, or a PostgreSQL DSN postgresql://… (default: $CUEMEM_DB or the user data dir)."
+        ),
     ] = None,
     engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
     embedder: Annotated[
@@ -869,16 +870,25 @@ def bench(
             " model is CUEMEM_JUDGE_MODEL or the backend's default, whatever model reads)."
         ),
     ] = None,
+    size: Annotated[
+        str, typer.Option(help="came only: conversation sizes S, M, L (comma-separated for several).")
+    ] = "S",
+    seed: Annotated[
+        str, typer.Option(help="came only: seeds, e.g. 7, 100-104 or 1,5,9 (one conversation per size and seed).")
+    ] = "0",
 ) -> None:
-    """Run engines side by side on LoCoMo or LongMemEval; resumable (per-conversation checkpoints in --out)."""
+    """Run engines side by side on LoCoMo, LongMemEval or generated look-alike conversations (came);
+    resumable (per-conversation checkpoints in --out)."""
     from .bench.datasets import SPLITS
     from .bench.runner import BenchConfig, run
 
-    if dataset not in DATASET_FILES:
-        raise CuememError(f"unknown dataset {dataset!r}: locomo or longmemeval")
+    if dataset not in (*DATASET_FILES, "came"):
+        raise CuememError(f"unknown dataset {dataset!r}: locomo, longmemeval or came")
     if split is not None and split not in SPLITS:
         raise CuememError(f"unknown split {split!r}: {' or '.join(SPLITS)}")
     settings = _settings()  # names the config file read, if any
+    if dataset == "came" and data is None:  # generate, then run: the file lands beside the results
+        data = _generate_came(size, seed, out / "came.json")
     if data is None:
         directory = settings.datasets
         data = directory / DATASET_FILES[dataset]
@@ -931,6 +941,40 @@ def _judge_settings(backend: str | None) -> dict[str, Any] | None:
     # The judge stays the same model whichever model reads (CUEMEM_LLM_MODEL does not reach it), so that
     # readers are compared under one judge.
     return {"llm": backend, "llm_model": os.environ.get("CUEMEM_JUDGE_MODEL", "")}
+
+
+def _generate_came(size: str, seed: str, path: Path) -> Path:
+    from .bench import came
+
+    try:
+        sizes, seeds = came.parse_sizes(size), came.parse_seeds(seed)
+    except ValueError as exc:
+        raise CuememError(str(exc)) from None
+    samples = came.write(path, sizes, seeds)
+    turns = sum(len(t) for s in samples for k, t in s["conversation"].items() if re.fullmatch(r"session_\d+", k))
+    say(f"wrote {path}: {len(samples)} conversations ({', '.join(sizes)} × seeds {seed}), {turns} turns,"
+        f" {sum(len(s['qa']) for s in samples)} questions")  # fmt: skip
+    return path
+
+
+gen_app = typer.Typer(help="Generate benchmark data.", no_args_is_help=True)
+app.add_typer(gen_app, name="gen")
+
+
+@gen_app.command("came")
+@handles_errors
+def gen_came(
+    size: Annotated[
+        str, typer.Option(help="S, M or L (about 1x / 6x / 17x turns); comma-separated for several.")
+    ] = "S",
+    seed: Annotated[str, typer.Option(help="A seed, a range like 100-104, or a comma list.")] = "0",
+    output: Annotated[Path, typer.Option("-o", "--output", help="The LoCoMo-format JSON file to write.")] = Path(
+        "came.json"
+    ),
+) -> None:
+    """Look-alike conversations (CAME-style): interleaved goals, look-alike values, revisions and references,
+    with exact ground truth, in the LoCoMo format (same seed, same bytes)."""
+    _generate_came(size, seed, output)
 
 
 DEMO_K = 5  # the demo's own figure: fixed, so that its README output is reproducible whatever CUEMEM_K says
@@ -1000,8 +1044,11 @@ keys_app = typer.Typer(
 app.add_typer(keys_app, name="keys")
 KeysFileOpt = Annotated[
     Path | None,
-    typer.Option("--keys-file", help="Key file (default: <db>.keys; for a postgresql:// store, one in the user data"
-                 " dir: servers sharing a database pass the same file)."),
+    typer.Option(
+        "--keys-file",
+        help="Key file (default: <db>.keys; for a postgresql:// store, one in the user data"
+        " dir: servers sharing a database pass the same file).",
+    ),
 ]
 
 

@@ -98,7 +98,7 @@ def test_runner_writes_the_documented_schema_and_resumes(tmp_path):
 
 
 def test_unknown_dataset_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="locomo or longmemeval"):
+    with pytest.raises(ValueError, match="locomo, longmemeval or came"):
         run(BenchConfig("nope", tmp_path, tmp_path / "o", ["bm25"]))
 
 
@@ -263,7 +263,7 @@ def test_the_reader_abstains_generically_and_the_benchmark_in_locomo_words():
     assert f'reply "{locomo}"' in backend.systems[-1]
     # LoCoMo's scorer counts the benchmark's phrase as the right reply to an adversarial (category 5) question
     assert locomo_f1(locomo, "anything", "5") == 1.0 and locomo_f1(ABSTAIN, "anything", "5") == 0.0
-    assert set(BENCH_ABSTAIN) == {"locomo", "longmemeval"}
+    assert set(BENCH_ABSTAIN) == {"locomo", "longmemeval", "came"}
 
 
 def test_the_benchmark_reads_the_named_config_file_and_a_changed_file_reruns(tmp_path):

@@ -45,6 +45,10 @@ class Question:
     evidence_sessions: list[str] = field(default_factory=list)
     date: str | None = None
     adversarial: bool = False
+    # Look-alike benchmarks (cuemem.bench.came): the turns of values since replaced, and the turns stating the same
+    # attribute of other goals; the report says how often the top-ranked wrong turn is one of them.
+    superseded: list[str] = field(default_factory=list)
+    lookalikes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -65,12 +69,7 @@ def load_locomo(path: str | Path, *, limit: int | None = None) -> Iterator[Conve
         known = {t.id for t in turns}
         questions = []
         for i, qa in enumerate(sample.get("qa", [])):
-            ids = []
-            for raw in EVIDENCE_ID.findall(" ".join(map(str, qa.get("evidence", [])))):
-                session, turn = raw[1:].split(":")
-                normal = f"D{int(session)}:{int(turn)}"
-                if normal in known and normal not in ids:
-                    ids.append(normal)
+            ids = _turn_ids(qa.get("evidence", []), known)
             adversarial = str(qa.get("category")) == "5"
             answer = qa.get("answer", qa.get("adversarial_answer", ""))
             questions.append(
@@ -81,9 +80,23 @@ def load_locomo(path: str | Path, *, limit: int | None = None) -> Iterator[Conve
                     category=str(qa.get("category")),
                     evidence=ids,
                     adversarial=adversarial,
+                    superseded=_turn_ids(qa.get("superseded", []), known),
+                    lookalikes=_turn_ids(qa.get("lookalikes", []), known),
                 )
             )
         yield Conversation(str(sample["sample_id"]), turns, questions)
+
+
+def _turn_ids(raw: Any, known: set[str]) -> list[str]:
+    """Turn ids in a LoCoMo evidence list, extracted with D\\d+:\\d+ and normalised; unknown ids dropped."""
+    ids: list[str] = []
+    values = raw if isinstance(raw, list) else [raw]
+    for found in EVIDENCE_ID.findall(" ".join(map(str, values))):
+        session, turn = found[1:].split(":")
+        normal = f"D{int(session)}:{int(turn)}"
+        if normal in known and normal not in ids:
+            ids.append(normal)
+    return ids
 
 
 def _open(path: Path) -> Any:

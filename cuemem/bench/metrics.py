@@ -8,6 +8,7 @@ import statistics
 import string
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 # ------------------------------------------------------------------ retrieval
 
@@ -219,3 +220,35 @@ def bleu1(prediction: str, gold: str) -> float:
     precision = clipped / len(pred)
     penalty = 1.0 if len(pred) > len(truth) else math.exp(1 - len(truth) / len(pred))
     return penalty * precision
+
+
+def wrong_top(
+    ranked: Sequence[Sequence[str]], evidence: Sequence[str], superseded: Sequence[str], lookalikes: Sequence[str]
+) -> dict[str, Any]:
+    """The top-ranked wrong turn (the first turn, in rank order, that is not evidence) and whether it is a
+    look-alike (the same attribute of another goal) or a superseded value of the asked one (issue 27's look-alike
+    rate). A hit of several turns (an episode) is read in its own turn order."""
+    gold = set(evidence)
+    for ids in ranked:
+        for turn in ids:
+            if turn not in gold:
+                return {"wrong_top": turn, "lookalike_top": float(turn in set(lookalikes)),
+                        "superseded_top": float(turn in set(superseded))}  # fmt: skip
+    return {"wrong_top": None, "lookalike_top": 0.0, "superseded_top": 0.0}
+
+
+def structured_scores(prediction: str, gold: str) -> dict[str, float]:
+    """A reply against a structured answer (a name, an amount, a time): exact match after normalisation
+    (lowercase, punctuation and articles dropped, thousands separators removed), whether the gold answer's tokens
+    occur in the reply in order (`contains`), and token F1 over the same normal form."""
+    pred, want = _structured(prediction), _structured(gold)
+    contained = bool(want) and f" {want} " in f" {pred} "
+    return {"em": float(pred == want and bool(want)), "contains": float(contained), "f1": token_f1(pred, want)}
+
+
+def _structured(text: str) -> str:
+    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text.lower())  # 23,000 -> 23000
+    text = re.sub(r"€\s*(\d+)", r"\1 euros", text)
+    text = re.sub(r"[^\w\s:]", " ", text)
+    text = re.sub(r"(?<!\d):|:(?!\d)", " ", text)  # keep 7:30, drop other colons
+    return " ".join(w for w in text.split() if w not in ("a", "an", "the"))

@@ -20,12 +20,16 @@ DEPTH = 400  # hits read per question: enough to fill a 4,096-token budget with 
 # What the reader replies when its excerpts do not say. LoCoMo's scorer counts category 5 (adversarial) right when
 # the answer says the information is "not mentioned" (metrics.locomo_f1); LongMemEval's judge grades abstention by
 # meaning, and its figures in BENCHMARKS.md were measured with the same phrase.
-ABSTAIN = {"locomo": "Not mentioned in the conversation.", "longmemeval": "Not mentioned in the conversation."}
+ABSTAIN = {
+    "locomo": "Not mentioned in the conversation.",
+    "longmemeval": "Not mentioned in the conversation.",
+    "came": "Not mentioned in the conversation.",
+}
 
 
 @dataclass
 class BenchConfig:
-    dataset: str  # "locomo" or "longmemeval"
+    dataset: str  # "locomo", "longmemeval" or "came" (cuemem.bench.came's look-alike conversations)
     data: Path
     out: Path
     engines: list[str]

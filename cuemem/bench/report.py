@@ -19,6 +19,8 @@ def headline(config: BenchConfig, q: dict[str, Any]) -> bool:
     """Questions in the headline figures: LoCoMo categories 1-4, LongMemEval non-abstention; with evidence."""
     if not q["evidence"]:
         return False
+    if config.dataset == "came":  # every generated question has exact evidence
+        return True
     return q["category"] in {"1", "2", "3", "4"} if config.dataset == "locomo" else not q["adversarial"]
 
 
@@ -26,7 +28,18 @@ def retrieval_block(questions: list[dict[str, Any]]) -> dict[str, float]:
     block = {key: mean([q[key] for q in questions]) for key in RETRIEVAL_KEYS}
     block["all@10"] = mean([float(q["recall@10"] == 1.0) for q in questions])
     block["all@budget"] = mean([float(q["recall@budget"] == 1.0) for q in questions])
-    for key in ("session_recall@1", "session_recall@5", "session_recall@10", "evidence_recall", "evidence_turns"):
+    for key in (
+        "session_recall@1",
+        "session_recall@5",
+        "session_recall@10",
+        "evidence_recall",
+        "evidence_turns",
+        "lookalike_top",
+        "superseded_top",
+        "em",
+        "contains",
+        "f1",
+    ):
         if any(key in q for q in questions):
             block[key] = mean([q[key] for q in questions if key in q])
     block["questions"] = len(questions)
@@ -74,6 +87,8 @@ def summarize(config: BenchConfig, per_engine: dict[str, list[dict[str, Any]]]) 
             },
             "answer": _answer_block(config, questions) if config.answer else None,
         }
+        if config.dataset == "came":  # per size (S / M / L, from the conversation id) and question type
+            engines[engine]["by_size"] = _came_blocks(convs)
         schema = _schema_block(convs, questions)
         if schema is not None:
             engines[engine]["schema"] = schema
@@ -90,6 +105,25 @@ def summarize(config: BenchConfig, per_engine: dict[str, list[dict[str, Any]]]) 
         "settings": config.settings,
         "engines": engines,
     }
+
+
+def came_size(conversation_id: str) -> str:
+    """S, M or L from a generated conversation's id ("came-M-7"); "?" for any other id."""
+    parts = conversation_id.split("-")
+    return parts[1] if len(parts) == 3 and parts[0] == "came" else "?"
+
+
+def _came_blocks(convs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Retrieval (and answer) blocks per size and question type, plus each size's "all"."""
+    out: dict[str, Any] = {}
+    for size in sorted({came_size(c["conversation"]) for c in convs}, key="SML?".index):
+        questions = [q for c in convs if came_size(c["conversation"]) == size for q in c["questions"] if q["evidence"]]
+        blocks = {cat: retrieval_block([q for q in questions if q["category"] == cat])
+                  for cat in sorted({q["category"] for q in questions})}  # fmt: skip
+        blocks["all"] = retrieval_block(questions)
+        blocks["turns"] = sum(c["turns"] for c in convs if came_size(c["conversation"]) == size)
+        out[size] = blocks
+    return out
 
 
 def _schema_block(convs: list[dict[str, Any]], questions: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -215,6 +249,8 @@ def write_report(config: BenchConfig, results: dict[str, Any]) -> None:
         lines.append(
             f"| `{name}` | " + " | ".join(_fmt(e["by_category"].get(c, {}).get("recall@10")) for c in cats) + " |"
         )
+    if config.dataset == "came":
+        lines += _came_lines(engines)
     cost_cols = ["turns_per_s", "latency_p50_ms", "latency_p95_ms", "context_tokens_per_question",
                  "llm_calls_per_turn", "llm_calls_per_question", "llm_tokens_per_question"]  # fmt: skip
     lines += ["", "## Cost", "", "| engine | " + " | ".join(cost_cols) + " |", "|---|" + "---:|" * len(cost_cols)]
@@ -248,6 +284,28 @@ def write_report(config: BenchConfig, results: dict[str, Any]) -> None:
                          f" | {_fmt(a.get('conversation_tokens_per_question'))} |")  # fmt: skip
     (out / "report.md").write_text("\n".join(lines) + "\n")
     _plots(out, engines)
+
+
+CAME_COLS = ("recall@10", "recall@budget", "lookalike_top", "superseded_top", "em", "contains", "f1")
+
+
+def _came_lines(engines: dict[str, Any]) -> list[str]:
+    """report.md's look-alike section: per size and question type, recall@10 / @budget, the look-alike rate
+    (the top-ranked wrong turn is the same attribute of another goal), the superseded rate, and answer scores."""
+    lines = ["", "## By size and question type (look-alike conversations)", "",
+             "lookalike_top: share of questions whose top-ranked wrong turn states the same attribute of another goal;"
+             " superseded_top: ... a value since replaced. em / contains / f1: the reader's reply against the"
+             " structured answer (with --answer).", "",
+             "| engine | size | type | questions | " + " | ".join(CAME_COLS) + " |",
+             "|---|---|---|---:|" + "---:|" * len(CAME_COLS)]  # fmt: skip
+    for name, e in engines.items():
+        for size, blocks in e.get("by_size", {}).items():
+            for cat, block in blocks.items():
+                if not isinstance(block, dict):
+                    continue
+                lines.append(f"| `{name}` | {size} | {cat} | {block['questions']} | "
+                             + " | ".join(_fmt(block.get(c)) for c in CAME_COLS) + " |")  # fmt: skip
+    return lines
 
 
 def _plots(out: Path, engines: dict[str, Any]) -> None:

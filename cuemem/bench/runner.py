@@ -24,7 +24,7 @@ from ..llm import LLMClient, Tally, make_client
 from ..memory import INGEST_BATCH, Memory
 from .datasets import Conversation, load_locomo, load_longmemeval, split_of
 from .judge import judge
-from .metrics import bleu1, evidence_recall, locomo_f1, ndcg, set_f1
+from .metrics import bleu1, evidence_recall, locomo_f1, ndcg, set_f1, structured_scores, wrong_top
 from .protocol import ABSTAIN, DEPTH, KS, BenchConfig, engine_fingerprint, protocol, reusable, sample_questions
 from .report import summarize, write_report
 
@@ -34,12 +34,12 @@ __all__ = ["BenchConfig", "conversations", "run", "run_conversation"]
 def conversations(config: BenchConfig) -> Iterator[Conversation]:
     """The run's conversations: those of its split (all without one) holding questions of `types` (all without
     them; other questions are left out), the first `limit` of them, each cut to `max_turns` when set."""
-    if config.dataset == "locomo":
+    if config.dataset in ("locomo", "came"):  # came: cuemem's look-alike conversations, in LoCoMo's format
         loaded = load_locomo(config.data)
     elif config.dataset == "longmemeval":
         loaded = load_longmemeval(config.data)
     else:
-        raise ValueError(f"unknown dataset {config.dataset!r}: locomo or longmemeval")
+        raise ValueError(f"unknown dataset {config.dataset!r}: locomo, longmemeval or came")
     if config.split:
         loaded = (conv for conv in loaded if split_of(config.dataset, conv.id) == config.split)
     if config.types:
@@ -120,6 +120,8 @@ def run_conversation(
             record[f"recall@{k}"] = evidence_recall(ranked, q.evidence, k)
         record["recall@budget"] = evidence_recall(packed, q.evidence)
         record["ndcg@10"] = ndcg(ranked, q.evidence, 10)
+        if config.dataset == "came":
+            record.update(wrong_top(ranked, q.evidence, q.superseded, q.lookalikes))
         keys = result.hits[0].detail.get("concepts") if result.hits else None
         if isinstance(keys, dict) and "keys_generated" in keys:  # SCG-MEM: seed keys proposed / outside the schema
             record["keys_generated"] = int(keys["keys_generated"])
@@ -148,6 +150,8 @@ def run_conversation(
             record["gold"] = q.answer
             if config.dataset == "locomo":
                 record["locomo_f1"] = locomo_f1(reply.text, q.answer, q.category)
+            if config.dataset == "came":  # the structured answer: exact match, contained, token F1
+                record.update(structured_scores(reply.text, q.answer))
             record["set_f1"] = set_f1(reply.text, q.answer)
             record["bleu1"] = bleu1(reply.text, q.answer)
             if judge_client is not None and config.dataset == "longmemeval":  # its own rule per question type
