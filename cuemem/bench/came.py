@@ -614,8 +614,8 @@ def _questions(rng: random.Random, goals: list[Goal], history: dict, dia: dict[s
                     _capital(q),
                     render(a2, v2),
                     turns_of(k1, "current") + turns_of(k2, "current"),
-                    turns_of(k2, "old"),
-                    lookalikes(k2, goal.kind),
+                    turns_of(k1, "old") + turns_of(k2, "old"),
+                    lookalikes(k1, goal.kind) + lookalikes(k2, goal.kind),
                     {"goal": goal.id, "attribute": a2.name, "value": v2, "via": {"attribute": a1.name, "value": v1}},
                 )
     groups: dict[str, list[Goal]] = {}
