@@ -64,13 +64,13 @@ def test_ground_truth_is_what_replaying_the_plan_gives(samples):
                     assert history[via][-1][0] == s["via"]["value"]
                     want |= set(history[via][-1][1])
                     old |= {t for _, ts in history[via][:-1] for t in ts}
-                assert set(q["superseded"]) == old - want
                     # the pivot value picks exactly one goal of that kind, among every value ever said
                     kind = next(g["kind"] for g in sample["came"]["goals"] if g["id"] == s["goal"])
                     holders = {g for (g, a), vals in history.items() if a == via[1] and s["via"]["value"] in
                                [v for v, _ in vals] and next(x["kind"] for x in sample["came"]["goals"]
                                                              if x["id"] == g) == kind}  # fmt: skip
                     assert holders == {s["goal"]}
+                assert set(q["superseded"]) == old - want
             assert set(q["evidence"]) == want, q
             assert q["answer"] == came.render(attribute(sample, *_goal_attr(s)), s["value"])
             # the evidence's text holds the value (a decision's value is in the options turn it picks from)
