@@ -133,7 +133,10 @@ def losses(run: Path, engine: str, against: str, examples: int, top: int = 5) ->
                 "",
             ]
             for name, q in ((engine, mine[i]), (against, theirs[i])):
-                lines.append(f"- `{name}` (recall@10 {q['recall@10']:.2f}):")
+                ranks = {t: next((r for r, ids in enumerate(q["top"], start=1) if t in ids), None)
+                         for t in qa["evidence"]}  # fmt: skip
+                where = ", ".join(f"{t} at {r if r else '>50'}" for t, r in ranks.items())
+                lines.append(f"- `{name}` (recall@10 {q['recall@10']:.2f}; evidence {where}):")
                 for rank, ids in enumerate(q["top"][:top], start=1):
                     for turn in ids[:2]:
                         lines.append(f"  {rank}. {_mark(turn, qa)} {turn} {texts.get(turn, '?')[:110]}")

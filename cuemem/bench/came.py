@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-GENERATOR = "came-1"
+GENERATOR = "came-2"
 SIZES = {"S": 8, "M": 48, "L": 136}  # goals per conversation: turns come out about 1x / 6x / 17x
 CATEGORIES = ("revision", "recall", "multi-hop", "synthesis")
 OPEN_GOALS = 3  # goals in play at once: the planner interleaves them
@@ -105,7 +105,7 @@ KINDS: dict[str, tuple[Attribute, ...]] = {
             "money",
             _money(90, 260, 10),
             ("room rate", "nightly rate", "price per night"),
-            ("daily lodging cost", "what one day of lodging costs"),
+            ("daily lodging cost", "price of a day's lodging"),
         ),
         Attribute(
             "dinner",
@@ -159,7 +159,7 @@ KINDS: dict[str, tuple[Attribute, ...]] = {
             "person",
             tuple(PEOPLE),
             ("person wrapping it", "wrapper"),
-            ("gift packer", "one who packs it up"),
+            ("gift packer", "packing helper"),
         ),
     ),
     "treatment": (
@@ -201,7 +201,7 @@ KINDS: dict[str, tuple[Attribute, ...]] = {
             "count",
             tuple(range(6, 41)),
             ("guest count", "headcount", "number of guests"),
-            ("attendance", "people coming"),
+            ("attendance", "expected turnout"),
             unit="guests",
         ),
         Attribute(
