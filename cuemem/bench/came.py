@@ -105,7 +105,7 @@ KINDS: dict[str, tuple[Attribute, ...]] = {
             "money",
             _money(90, 260, 10),
             ("room rate", "nightly rate", "price per night"),
-            ("daily lodging cost", "price of a day's lodging"),
+            ("daily lodging cost", "cost of a day's lodging"),
         ),
         Attribute(
             "dinner",
