@@ -72,6 +72,7 @@ def test_ground_truth_is_what_replaying_the_plan_gives(samples):
                     assert holders == {s["goal"]}
                 assert set(q["superseded"]) == old - want
             assert set(q["evidence"]) == want, q
+            assert not (set(q["lookalikes"]) & (want | set(q["superseded"])))
             assert q["answer"] == came.render(attribute(sample, *_goal_attr(s)), s["value"])
             # the evidence's text holds the value (a decision's value is in the options turn it picks from)
             if q["category"] in ("recall", "revision"):

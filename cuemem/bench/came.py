@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-GENERATOR = "came-2"
+GENERATOR = "came-3"
 SIZES = {"S": 8, "M": 48, "L": 136}  # goals per conversation: turns come out about 1x / 6x / 17x
 CATEGORIES = ("revision", "recall", "multi-hop", "synthesis")
 OPEN_GOALS = 3  # goals in play at once: the planner interleaves them
@@ -572,8 +572,11 @@ def _questions(rng: random.Random, goals: list[Goal], history: dict, dia: dict[s
             looks: list[str], structured: dict[str, Any]) -> None:  # fmt: skip
         evidence = sorted(set(evidence), key=_dia_order)
         superseded = sorted(set(superseded) - set(evidence), key=_dia_order)
+        # a turn is one of evidence / superseded / look-alike (a synthesis member's old value is superseded, not a
+        # look-alike of the other members)
+        looks = sorted(set(looks) - set(evidence) - set(superseded), key=_dia_order)
         out.append({"question": question, "answer": answer, "evidence": evidence, "category": category,
-                    "superseded": superseded, "lookalikes": sorted(set(looks) - set(evidence), key=_dia_order),
+                    "superseded": superseded, "lookalikes": looks,
                     "structured": structured})  # fmt: skip
 
     for goal in goals:
