@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-GENERATOR = "came-3"
+GENERATOR = "came-4"
 SIZES = {"S": 8, "M": 48, "L": 136}  # goals per conversation: turns come out about 1x / 6x / 17x
 CATEGORIES = ("revision", "recall", "multi-hop", "synthesis")
 OPEN_GOALS = 3  # goals in play at once: the planner interleaves them
@@ -98,7 +98,7 @@ KINDS: dict[str, tuple[Attribute, ...]] = {
             "place",
             tuple(HOTELS),
             ("hotel", "place we're staying", "accommodation"),
-            ("lodging", "bed for the night", "where we sleep"),
+            ("lodging", "bed for the night", "overnight stay"),
         ),
         Attribute(
             "room rate",
