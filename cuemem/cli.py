@@ -887,6 +887,8 @@ def bench(
     if split is not None and split not in SPLITS:
         raise CuememError(f"unknown split {split!r}: {' or '.join(SPLITS)}")
     settings = _settings()  # names the config file read, if any
+    if dataset != "came" and (size, seed) != ("S", "0"):
+        raise CuememError("--size and --seed choose generated conversations: they go with `cuemem bench came`")
     if dataset == "came" and data is None:  # generate, then run: the file lands beside the results
         data = _generate_came(size, seed, out / "came.json")
     if data is None:

@@ -124,6 +124,8 @@ def test_the_same_seed_gives_the_same_bytes_and_another_seed_another_file(tmp_pa
 
 
 def test_cli_refuses_bad_sizes_and_seeds(tmp_path):
+    r = CliRunner().invoke(app, ["bench", "locomo", "--size", "M", "--out", str(tmp_path / "o")])
+    assert r.exit_code != 0 and "bench came" in r.output
     for args in (["--size", "XL"], ["--seed", "a-b"], ["--seed", ","]):
         r = CliRunner().invoke(app, ["gen", "came", *args, "-o", str(tmp_path / "x.json")])
         assert r.exit_code != 0 and "Error" in r.output, r.output
