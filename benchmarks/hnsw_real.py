@@ -7,7 +7,9 @@ Sentences: every message of ../shared/datasets/longmemeval/longmemeval_s_cleaned
 place) split at sentence ends and newlines, pieces of at least 3 words, deduplicated in order of first appearance;
 the first N. Queries: LongMemEval's distinct questions, split dev/test by scale.py's rule (blake2b first byte).
 ef_search is chosen on dev (the smallest swept value whose dev recall@10 reaches 0.95) and reported on test;
-recall@100 uses k = 100 at max(ef, 200), as hybrid searches. Vectors are cached under --data.
+recall@100 uses k = 100 at max(ef, 200), as hybrid searches. Vectors are cached under --data/chunks, 8,192
+sentences a file in a fixed order, so a run resumes where it stopped and a smaller N reuses a larger one's vectors
+(`--embed-only` fills the cache and stops).
 """
 
 from __future__ import annotations
@@ -26,24 +28,53 @@ from scale import RECALL_TARGET, split_of
 
 LME = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets" / "longmemeval"
 SOURCE = LME / "longmemeval_s_cleaned.PARTIAL_499of500.json.gz"
+CHUNK = 8192
 SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
-def sentences_and_questions(n: int) -> tuple[list[str], list[str]]:
+def sentence_records(n: int) -> tuple[list[dict], list[str]]:
+    """(the first n distinct sentences as turn dicts, LongMemEval's distinct questions). A turn keeps its message's
+    role as speaker and its session's date and id; ids are s0, s1, … in order of first appearance."""
     with gzip.open(SOURCE) as fh:
         items = json.load(fh)
-    seen: dict[str, None] = {}
+    seen: dict[str, dict] = {}
     for item in items:
-        for session in item["haystack_sessions"]:
+        for session, date, sid in zip(item["haystack_sessions"], item["haystack_dates"], item["haystack_session_ids"],
+                                      strict=True):  # fmt: skip
             for message in session:
                 for piece in SPLIT.split(message.get("content") or ""):
                     piece = piece.strip()
-                    if len(piece.split()) >= 3:
-                        seen.setdefault(piece)
+                    if len(piece.split()) >= 3 and piece not in seen:
+                        seen[piece] = {"id": f"s{len(seen)}", "text": piece, "speaker": message.get("role") or "user",
+                                       "timestamp": date, "session_id": str(sid)}  # fmt: skip
         if len(seen) >= n:
             break
     questions = list(dict.fromkeys(str(item["question"]) for item in items))
-    return list(seen)[:n], questions
+    return list(seen.values())[:n], questions
+
+
+def sentences_and_questions(n: int) -> tuple[list[str], list[str]]:
+    records, questions = sentence_records(n)
+    return [r["text"] for r in records], questions
+
+
+def embed_chunks(embedder, texts: list[str], folder: Path):
+    """Vectors of texts, cached CHUNK sentences a file, so an interrupted run resumes and a smaller N reuses them."""
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    parts, start, fresh = [], time.perf_counter(), 0
+    for i in range(0, len(texts), CHUNK):
+        path = folder / f"minilm-{i:08d}.npy"
+        if not path.exists():
+            vectors = np.asarray(embedder.embed(texts[i : i + CHUNK]), dtype=np.float32)
+            np.save(path.with_suffix(".tmp.npy"), vectors)
+            path.with_suffix(".tmp.npy").replace(path)
+            fresh += len(vectors)
+            rate = fresh / (time.perf_counter() - start)
+            print(f"embedded {i + len(vectors)} / {len(texts)} ({rate:.0f} sentences/s)", file=sys.stderr, flush=True)
+        parts.append(np.load(path))
+    return np.concatenate(parts)
 
 
 def main() -> None:
@@ -60,22 +91,18 @@ def main() -> None:
     parser.add_argument("--ef-sweep", default="40,100,200,400")
     parser.add_argument("--data", default="/tmp/cuemem-hnsw-real")
     parser.add_argument("--out", default="bench-out/hnsw-real.json")
+    parser.add_argument("--embed-only", action="store_true", help="fill the vector cache up to --n and stop")
     args = parser.parse_args()
     data = Path(args.data)
     data.mkdir(parents=True, exist_ok=True)
-    texts, questions = sentences_and_questions(args.n)
+    texts, questions = sentences_and_questions(-(-args.n // CHUNK) * CHUNK)
     embedder = MiniLMEmbedder()
-    cache = data / f"minilm-{len(texts)}.npy"
     start = time.perf_counter()
-    if cache.exists():
-        matrix = np.load(cache)
-    else:
-        chunks = []
-        for i in range(0, len(texts), 8192):
-            chunks.append(embedder.embed(texts[i : i + 8192]))
-            print(f"embedded {i + len(chunks[-1])} / {len(texts)}", file=sys.stderr, flush=True)
-        matrix = np.concatenate(chunks).astype(np.float32)
-        np.save(cache, matrix)
+    matrix = embed_chunks(embedder, texts, data / "chunks")[: args.n]
+    texts = texts[: args.n]
+    if args.embed_only:
+        print(f"embedded {len(texts)} sentences in {time.perf_counter() - start:.0f} s")
+        return
     out: dict = {"n": len(texts), "embed_s": time.perf_counter() - start, "m": HNSW_M,
                  "ef_construction": HNSW_EF_CONSTRUCTION, "questions": {}}  # fmt: skip
     server = pgserver.get_server(data / "pg", cleanup_mode="stop")

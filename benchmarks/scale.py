@@ -9,6 +9,11 @@ t0, t1, …; copy 0 is LoCoMo verbatim, every later copy replaces each word of t
 word drawn from LoCoMo's own word distribution (one `random.Random(26)` stream in turn order, so turn i is the same
 at every size). Speaker, date and image caption are kept.
 
+--turns lme instead takes the first N distinct sentences of LongMemEval-S (benchmarks/hnsw_real.py: every message
+split at sentence ends, at least 3 words, in order of first appearance; speaker = the message's role, timestamp and
+session = its session's), with --vectors minilm read from hnsw_real.py's cache (real MiniLM of each sentence), and
+LongMemEval-S's distinct questions split the same way: real, distinct text at every size, for the 1M figures.
+
 Queries: LoCoMo's 1,974 distinct questions, split by the first byte of blake2b(question) into dev (even, 983) and
 test (odd, 991). Latency is measured on a fixed sample of test questions; HNSW's ef_search is chosen on dev
 recall and reported on test recall.
@@ -72,13 +77,24 @@ DIMS = 512  # hashing vectors
 MINILM_DIMS = 384
 EF_SWEEP = "40,64,100,200,400"  # hnsw.ef_search values whose recall and latency are measured on dev and test
 RECALL_TARGET = 0.95  # the smallest swept ef_search whose dev recall@10 reaches this is chosen
-CONFIG: dict[str, Any] = {"vectors": "minilm-perturbed", "cosine": 0.9, "spread": 0.0,
-                          "data": Path("/tmp/cuemem-scale")}
+CONFIG: dict[str, Any] = {
+    "vectors": "minilm-perturbed",
+    "cosine": 0.9,
+    "spread": 0.0,
+    "data": Path("/tmp/cuemem-scale"),
+    "turns": "locomo",
+    "lme_cache": Path("/tmp/cuemem-hnsw-real/chunks"),
+}
 
 
 # --------------------------------------------------------------------------- data
 def scale_turns(n: int) -> list[dict]:
-    """n turns: LoCoMo's, then copies with words replaced from LoCoMo's word distribution (deterministic)."""
+    """n turns: LoCoMo's, then copies with words replaced from LoCoMo's word distribution (deterministic); with
+    --turns lme, the first n distinct LongMemEval-S sentences (hnsw_real.py's)."""
+    if CONFIG["turns"] == "lme":
+        from hnsw_real import sentence_records
+
+        return sentence_records(n)[0]
     base, _ = source_turns()
     vocab = [w for t in base for w in t["text"].split()]
     rng = random.Random(SEED)
@@ -101,7 +117,12 @@ def split_of(question: str) -> str:
 
 def queries(count: int, split: str = "test") -> list[str]:
     """A fixed sample of `count` distinct LoCoMo questions of one split (all of them when count exceeds it)."""
-    _, questions = source_turns()
+    if CONFIG["turns"] == "lme":
+        from hnsw_real import sentence_records
+
+        questions = sentence_records(0)[1]
+    else:
+        _, questions = source_turns()
     pool = [q for q in dict.fromkeys(questions) if split_of(q) == split]
     return random.Random(1).sample(pool, min(count, len(pool)))
 
@@ -109,7 +130,9 @@ def queries(count: int, split: str = "test") -> list[str]:
 def as_turn(t: dict) -> Any:
     from cuemem.types import Turn
 
-    return Turn(t["id"], t["text"], t["speaker"], timestamp=t.get("timestamp"), metadata=t.get("metadata") or {})
+    return Turn(
+        t["id"], t["text"], t["speaker"], t.get("session_id") or "default", t.get("timestamp"), t.get("metadata") or {}
+    )
 
 
 def documents(turns: list[dict]) -> list[str]:
@@ -140,6 +163,21 @@ def minilm_cached(tag: str, texts: list[str]) -> Any:
     path.parent.mkdir(parents=True, exist_ok=True)
     np.save(path, out)
     return out
+
+
+def lme_vectors(n: int) -> Any:
+    """Real MiniLM of the first n LongMemEval-S sentences, from hnsw_real.py's cache (fill it first with
+    `python benchmarks/hnsw_real.py --n N --embed-only`). They embed each sentence alone, not the engine's
+    "[date] speaker: text" document: the index's recall and speed depend on the vectors' spread, not on that."""
+    import numpy as np
+    from hnsw_real import CHUNK
+
+    folder = Path(CONFIG["lme_cache"])
+    paths = [folder / f"minilm-{i:08d}.npy" for i in range(0, n, CHUNK)]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise SystemExit(f"{len(missing)} vector chunks missing, first {missing[0]}: run hnsw_real.py --embed-only")
+    return np.concatenate([np.load(p) for p in paths])[:n]
 
 
 def base_vectors() -> Any:
@@ -328,7 +366,8 @@ def phase_bulk(target: str, n: int, batch: int) -> dict:
     from cuemem.engines.structure import hit_text, turn_fields, with_header_tokens
     from cuemem.store.base import NewItem, text_hash
 
-    base = [as_turn(t) for t in source_turns()[0]]
+    lme = CONFIG["turns"] == "lme"
+    base = [] if lme else [as_turn(t) for t in source_turns()[0]]
     turns = scale_turns(n)
     unique = len({t["text"] for t in turns})
     mode = CONFIG["vectors"]
@@ -348,6 +387,8 @@ def phase_bulk(target: str, n: int, batch: int) -> dict:
             hashing = CachedHashing()
             check = documents(source_turns()[0][:200])
             assert np.array_equal(hashing.embed(check), memory.embedder.embed(check)), "cached hashing differs"
+        elif mode == "minilm" and lme:
+            real = lme_vectors(n)
         elif mode == "minilm":
             real = minilm_cached("real", documents(turns))
         else:
@@ -365,7 +406,16 @@ def phase_bulk(target: str, n: int, batch: int) -> dict:
         for lo in range(0, n, batch):
             chunk = [as_turn(t) for t in turns[lo : lo + batch]]
             added = store.append_turns(ns, chunk).added
-            j = [int(t.id[1:]) % len(base) for t in added]
+            if lme:  # distinct turns: each its own fields, computed by the engine's functions here (timed apart)
+                f0 = time.perf_counter()
+                metas = [turn_fields(t) for t in added]
+                with_header_tokens(metas, memory.tokens.count_many)
+                shown = [hit_text(turn_words(t), m) for t, m in zip(added, metas, strict=True)]
+                tokens = memory.tokens.count_many(shown)
+                fields_s += time.perf_counter() - f0
+                j = list(range(len(added)))
+            else:
+                j = [int(t.id[1:]) % len(base) for t in added]
             store.put_items(ns, SPACE, [NewItem(t.id, turn_words(t), metas[b], [t.seq or 0], tokens[b])
                                         for t, b in zip(added, j, strict=True)])  # fmt: skip
             ids = store.item_ids(ns, SPACE, [t.id for t in added])
@@ -681,9 +731,24 @@ def phase_fts(dsn: str, count: int) -> dict:
 
 # --------------------------------------------------------------------------- driver
 def run_phase(*args: str) -> dict:
-    flags = ["--vectors", CONFIG["vectors"], "--copy-cosine", str(CONFIG["cosine"]), "--copy-spread",
-             str(CONFIG["spread"]), "--data", str(CONFIG["data"]), "--hnsw-m", str(CONFIG.get("hnsw_m") or 0),
-             "--hnsw-ef-construction", str(CONFIG.get("hnsw_ef_construction") or 0)]
+    flags = [
+        "--vectors",
+        CONFIG["vectors"],
+        "--copy-cosine",
+        str(CONFIG["cosine"]),
+        "--copy-spread",
+        str(CONFIG["spread"]),
+        "--data",
+        str(CONFIG["data"]),
+        "--hnsw-m",
+        str(CONFIG.get("hnsw_m") or 0),
+        "--hnsw-ef-construction",
+        str(CONFIG.get("hnsw_ef_construction") or 0),
+        "--turns",
+        CONFIG["turns"],
+        "--lme-cache",
+        str(CONFIG["lme_cache"]),
+    ]
     cmd = [sys.executable, __file__, *flags, "--phase", *args]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -735,12 +800,23 @@ def main() -> None:
     parser.add_argument("--stores", default="sqlite,postgres")
     parser.add_argument("--engines", default="bm25,dense,hybrid")
     parser.add_argument("--vectors", default=CONFIG["vectors"], choices=("minilm-perturbed", "minilm", "hashing"))
+    parser.add_argument(
+        "--turns",
+        default="locomo",
+        choices=("locomo", "lme"),
+        help="lme: distinct LongMemEval-S sentences with their real MiniLM (needs --vectors minilm)",
+    )
+    parser.add_argument("--lme-cache", default=str(CONFIG["lme_cache"]), help="hnsw_real.py's vector chunks")
     parser.add_argument("--copy-cosine", type=float, default=CONFIG["cosine"], help="minilm-perturbed's target")
     parser.add_argument("--hnsw-m", type=int, default=0, help="--dupcheck only: HNSW m (0: the store's)")
     parser.add_argument("--hnsw-ef-construction", type=int, default=0, help="--dupcheck only (0: the store's)")
-    parser.add_argument("--copy-spread", type=float, default=0.0,
-                        help="sd of each copy's own target cosine (0: every copy at --copy-cosine; real MiniLM copies"
-                             " measured sd 0.077)")
+    parser.add_argument(
+        "--copy-spread",
+        type=float,
+        default=0.0,
+        help="sd of each copy's own target cosine (0: every copy at --copy-cosine; real MiniLM copies"
+        " measured sd 0.077)",
+    )
     parser.add_argument("--queries", type=int, default=200, help="test questions timed per engine")
     parser.add_argument("--recall-queries", type=int, default=200, help="dev and test questions each, for recall")
     parser.add_argument("--ef-sweep", default=EF_SWEEP, help="hnsw.ef_search values for recall (PostgreSQL)")
@@ -757,8 +833,18 @@ def main() -> None:
     parser.add_argument("--out", default="bench-out/scale.json")
     parser.add_argument("--phase", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    CONFIG.update(vectors=args.vectors, cosine=args.copy_cosine, spread=args.copy_spread, data=Path(args.data),
-                  hnsw_m=args.hnsw_m, hnsw_ef_construction=args.hnsw_ef_construction)
+    CONFIG.update(
+        vectors=args.vectors,
+        cosine=args.copy_cosine,
+        spread=args.copy_spread,
+        data=Path(args.data),
+        hnsw_m=args.hnsw_m,
+        hnsw_ef_construction=args.hnsw_ef_construction,
+        turns=args.turns,
+        lme_cache=Path(args.lme_cache),
+    )
+    if args.turns == "lme" and args.vectors != "minilm":
+        parser.error("--turns lme needs --vectors minilm (its vectors are real MiniLM of every sentence)")
 
     if args.phase:
         name, *rest = args.phase
@@ -787,9 +873,11 @@ def main() -> None:
         "machine": {"cores": os.cpu_count(), "python": sys.version.split()[0],
                     "ram_gb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30},
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "turns": f"LoCoMo ({len(source_turns()[0])} turns) then copies with p={REPLACE} word replacement, seed {SEED}",
+        "turns": f"LoCoMo ({len(source_turns()[0])} turns) then copies with p={REPLACE} word replacement, seed {SEED}"
+        if args.turns == "locomo" else "the first N distinct LongMemEval-S sentences (benchmarks/hnsw_real.py)",
         "vectors": args.vectors, "embedder": make_embedder().name, "dims": dims(), "queries": args.queries,
-        "split": "dev/test by blake2b(question)[0] % 2 (983 dev, 991 test)", "runs": [],
+        "split": "dev/test by blake2b(question)[0] % 2" + (" (983 dev, 991 test)" if args.turns == "locomo" else
+                 " of LongMemEval-S's distinct questions"), "runs": [],
     }  # fmt: skip
     if args.vectors == "minilm-perturbed":
         report["copy_cosine_target"] = args.copy_cosine
