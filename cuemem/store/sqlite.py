@@ -187,6 +187,7 @@ class SQLiteStore:
     def __init__(self, path: str | Path, *, read_only: bool = False, timeout: float = 30.0) -> None:
         self.path = Path(path)
         self.read_only = read_only
+        self._timeout = timeout
         self._lock = threading.RLock()  # guards the writing connection and its transaction
         self._read_lock = threading.RLock()  # guards the reading connection
         self._vec_lock = threading.RLock()  # guards the vector matrices
@@ -268,8 +269,21 @@ class SQLiteStore:
             if statement.strip():
                 c.execute(statement)
 
+    def _wal(self) -> None:
+        """Switch the file to WAL. The switch needs the file to itself and SQLite answers "database is locked" at
+        once (no busy wait) while another process opens or creates it, so it is retried until the timeout."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
     def _initialise(self) -> None:
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._wal()
         with self._write() as c:
             self._schema(c)
             c.execute(f"PRAGMA application_id={APPLICATION_ID}")
@@ -277,7 +291,7 @@ class SQLiteStore:
             c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('salt', ?)", (secrets.token_hex(16),))
 
     def _migrate(self, version: int) -> None:
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._wal()
         with self._write() as c:
             current = int(c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
             if current >= SCHEMA_VERSION:
