@@ -270,8 +270,8 @@ class SQLiteStore:
                 c.execute(statement)
 
     def _wal(self) -> None:
-        """Switch the file to WAL. The switch needs the file to itself and SQLite answers "database is locked" at
-        once (no busy wait) while another process opens or creates it, so it is retried until the timeout."""
+        """Switch the file to WAL, retried until the timeout: processes racing to create one file can be answered
+        "database is locked" at once, since SQLite skips the busy wait where waiting could deadlock."""
         deadline = time.monotonic() + self._timeout
         while True:
             try:
