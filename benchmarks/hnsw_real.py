@@ -15,6 +15,7 @@ sentences a file in a fixed order, so a run resumes where it stopped and a small
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
 import re
@@ -32,13 +33,19 @@ CHUNK = 8192
 SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
-def sentence_records(n: int) -> tuple[list[dict], list[str]]:
-    """(the first n distinct sentences as turn dicts, LongMemEval's distinct questions). A turn keeps its message's
-    role as speaker and its session's date and id; ids are s0, s1, … in order of first appearance."""
+@functools.cache
+def _items() -> list[dict]:
     with gzip.open(SOURCE) as fh:
-        items = json.load(fh)
+        return json.load(fh)
+
+
+def sentence_records(n: int) -> list[dict]:
+    """The first n distinct sentences as turn dicts: a turn keeps its message's role as speaker and its session's
+    date and id; ids are s0, s1, … in order of first appearance."""
     seen: dict[str, dict] = {}
-    for item in items:
+    for item in _items():
+        if len(seen) >= n:
+            break
         for session, date, sid in zip(item["haystack_sessions"], item["haystack_dates"], item["haystack_session_ids"],
                                       strict=True):  # fmt: skip
             for message in session:
@@ -47,15 +54,17 @@ def sentence_records(n: int) -> tuple[list[dict], list[str]]:
                     if len(piece.split()) >= 3 and piece not in seen:
                         seen[piece] = {"id": f"s{len(seen)}", "text": piece, "speaker": message.get("role") or "user",
                                        "timestamp": date, "session_id": str(sid)}  # fmt: skip
-        if len(seen) >= n:
-            break
-    questions = list(dict.fromkeys(str(item["question"]) for item in items))
-    return list(seen.values())[:n], questions
+    return list(seen.values())[:n]
 
 
-def sentences_and_questions(n: int) -> tuple[list[str], list[str]]:
-    records, questions = sentence_records(n)
-    return [r["text"] for r in records], questions
+def questions() -> list[str]:
+    """LongMemEval-S's distinct questions, in file order."""
+    return list(dict.fromkeys(str(item["question"]) for item in _items()))
+
+
+def chunk_path(folder: Path, start: int) -> Path:
+    """The cache file of the CHUNK sentences from index `start` on."""
+    return folder / f"minilm-{start:08d}.npy"
 
 
 def embed_chunks(embedder, texts: list[str], folder: Path):
@@ -65,7 +74,7 @@ def embed_chunks(embedder, texts: list[str], folder: Path):
     folder.mkdir(parents=True, exist_ok=True)
     parts, start, fresh = [], time.perf_counter(), 0
     for i in range(0, len(texts), CHUNK):
-        path = folder / f"minilm-{i:08d}.npy"
+        path = chunk_path(folder, i)
         if not path.exists():
             vectors = np.asarray(embedder.embed(texts[i : i + CHUNK]), dtype=np.float32)
             np.save(path.with_suffix(".tmp.npy"), vectors)
@@ -95,7 +104,7 @@ def main() -> None:
     args = parser.parse_args()
     data = Path(args.data)
     data.mkdir(parents=True, exist_ok=True)
-    texts, questions = sentences_and_questions(-(-args.n // CHUNK) * CHUNK)
+    texts = [r["text"] for r in sentence_records(-(-args.n // CHUNK) * CHUNK)]
     embedder = MiniLMEmbedder()
     start = time.perf_counter()
     matrix = embed_chunks(embedder, texts, data / "chunks")[: args.n]
@@ -122,7 +131,7 @@ def main() -> None:
         out["hnsw_s"] = time.perf_counter() - start
         sweep: dict = {}
         for split in ("dev", "test"):
-            qs = [q for q in questions if split_of(q) == split]
+            qs = [q for q in questions() if split_of(q) == split]
             out["questions"][split] = len(qs)
             qv = embedder.embed_query(qs)
             truth = []

@@ -94,7 +94,7 @@ def scale_turns(n: int) -> list[dict]:
     if CONFIG["turns"] == "lme":
         from hnsw_real import sentence_records
 
-        return sentence_records(n)[0]
+        return sentence_records(n)
     base, _ = source_turns()
     vocab = [w for t in base for w in t["text"].split()]
     rng = random.Random(SEED)
@@ -116,11 +116,12 @@ def split_of(question: str) -> str:
 
 
 def queries(count: int, split: str = "test") -> list[str]:
-    """A fixed sample of `count` distinct LoCoMo questions of one split (all of them when count exceeds it)."""
+    """A fixed sample of `count` distinct questions of one split (all of them when count exceeds it): LoCoMo's, or
+    LongMemEval-S's with --turns lme."""
     if CONFIG["turns"] == "lme":
-        from hnsw_real import sentence_records
+        from hnsw_real import questions as lme_questions
 
-        questions = sentence_records(0)[1]
+        questions = lme_questions()
     else:
         _, questions = source_turns()
     pool = [q for q in dict.fromkeys(questions) if split_of(q) == split]
@@ -170,10 +171,9 @@ def lme_vectors(n: int) -> Any:
     `python benchmarks/hnsw_real.py --n N --embed-only`). They embed each sentence alone, not the engine's
     "[date] speaker: text" document: the index's recall and speed depend on the vectors' spread, not on that."""
     import numpy as np
-    from hnsw_real import CHUNK
+    from hnsw_real import CHUNK, chunk_path
 
-    folder = Path(CONFIG["lme_cache"])
-    paths = [folder / f"minilm-{i:08d}.npy" for i in range(0, n, CHUNK)]
+    paths = [chunk_path(Path(CONFIG["lme_cache"]), i) for i in range(0, n, CHUNK)]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise SystemExit(f"{len(missing)} vector chunks missing, first {missing[0]}: run hnsw_real.py --embed-only")

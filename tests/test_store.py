@@ -26,6 +26,42 @@ def test_commits_are_durable_and_wal():
     file_store.close()
 
 
+class _Refusing:
+    """A connection whose first `refusals` journal-mode switches fail with `error` (what a racing process causes)."""
+
+    def __init__(self, conn, refusals: int, error: str) -> None:
+        self.conn, self.refusals, self.error, self.tries = conn, refusals, error, 0
+
+    def execute(self, sql: str, *args):
+        if sql.startswith("PRAGMA journal_mode"):
+            self.tries += 1
+            if self.tries <= self.refusals:
+                import sqlite3
+
+                raise sqlite3.OperationalError(self.error)
+        return self.conn.execute(sql, *args)
+
+
+def test_the_switch_to_wal_waits_out_a_racing_process_then_gives_up(tmp_path):
+    store = SQLiteStore(tmp_path / "race.db", timeout=0.5)
+    real = store._conn
+    try:
+        store._conn = refusing = _Refusing(real, 3, "database is locked")
+        store._wal()  # answered "locked" three times, then switched
+        assert refusing.tries == 4
+        store._conn = refusing = _Refusing(real, 10**6, "database is locked")
+        with pytest.raises(Exception, match="locked"):
+            store._wal()  # still locked at the timeout: the error, not a hang
+        assert refusing.tries > 1
+        store._conn = refusing = _Refusing(real, 1, "disk I/O error")
+        with pytest.raises(Exception, match="disk I/O"):
+            store._wal()  # any other error is not retried
+        assert refusing.tries == 1
+    finally:
+        store._conn = real
+        store.close()
+
+
 def test_a_delete_racing_the_indexer_never_resurrects_a_turn(make_memory):
     memory = make_memory("bm25")
     namespace = memory.namespace("maya")
