@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint models bench-perf bench-llm clean
+.PHONY: setup demo test lint format models bench-perf bench-llm clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,18 +27,22 @@ setup: $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/cuemem demo
 
-test: setup
-	$(VENV)/bin/ruff check cuemem tests benchmarks
-	$(VENV)/bin/mypy
+test: setup lint
 	$(PY) -m pytest -q
 
 # The optional larger reader (MODELS.md); best run with llama.cpp (README).
 models: setup
 	$(VENV)/bin/cuemem models fetch qwen2.5-coder-1.5b
 
+# One formatter and one linter (ruff), then the type checker.
 lint: setup
+	$(VENV)/bin/ruff format --check cuemem tests benchmarks
 	$(VENV)/bin/ruff check cuemem tests benchmarks
 	$(VENV)/bin/mypy
+
+format: setup
+	$(VENV)/bin/ruff format cuemem tests benchmarks
+	$(VENV)/bin/ruff check --fix cuemem tests benchmarks
 
 bench-perf: setup
 	$(PY) benchmarks/perf.py --turns 5000 --sizes 10000,100000 --queries 200 --out bench-out/perf.json

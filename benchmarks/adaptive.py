@@ -52,9 +52,16 @@ def main() -> None:
                     hits = memory.search(q.text, user_id=f"locomo:{conv.id}", k=50, now=q.date).hits
                     system = int(hits[0].detail["episodic"]["system"]) if hits else 2
                     windows = len(hits[0].detail.get("routing", [])) if hits else 0
-                    rows.append({"adaptive": adaptive, "id": q.id, "split": split_of("locomo", conv.id),
-                                 "system": system, "windows": windows,
-                                 "recall@10": evidence_recall([h.turn_ids for h in hits], q.evidence, 10)})  # fmt: skip
+                    rows.append(
+                        {
+                            "adaptive": adaptive,
+                            "id": q.id,
+                            "split": split_of("locomo", conv.id),
+                            "system": system,
+                            "windows": windows,
+                            "recall@10": evidence_recall([h.turn_ids for h in hits], q.evidence, 10),
+                        }
+                    )
     fast = {r["id"] for r in rows if r["adaptive"] and r["system"] == 1}
     report = {}
     for split in ("dev", "test"):

@@ -1,4 +1,4 @@
-"""The memory agent's own scripted benchmark (issue 17, DESIGN.md design 3): short / medium / long conversations in
+"""The memory agent's own scripted benchmark (issue 17, docs/design.md design 3): short / medium / long conversations in
 which earlier turns state preferences and facts and later turns ask for them (plus a few calculator and clock
 tasks), run with the shipped model and memory off, on, and down (the store closed under the agent).
 
@@ -152,8 +152,16 @@ def _long_history() -> list[dict[str, Any]]:
             label, speaker, text = "", "user", _FILLER[filler % len(_FILLER)]
             filler += 1
         day = START - timedelta(days=60 - i)
-        turns.append({"id": f"L{i:02d}", "speaker": speaker, "text": text, "timestamp": day.isoformat(),
-                      "session_id": f"s{i // 10}", "label": label})  # fmt: skip
+        turns.append(
+            {
+                "id": f"L{i:02d}",
+                "speaker": speaker,
+                "text": text,
+                "timestamp": day.isoformat(),
+                "session_id": f"s{i // 10}",
+                "label": label,
+            }
+        )
     return turns
 
 
@@ -179,8 +187,15 @@ LONG: list[dict[str, Any]] = [
 TIERS = {"short": SHORT, "medium": MEDIUM, "long": LONG}
 
 
-def run_conversation(conv: dict[str, Any], mode: str, llm: LLMClient, embedder: Embedder, engine: str,
-                     metrics: AgentMetrics, policy: str = "guided") -> list[dict[str, Any]]:  # fmt: skip
+def run_conversation(
+    conv: dict[str, Any],
+    mode: str,
+    llm: LLMClient,
+    embedder: Embedder,
+    engine: str,
+    metrics: AgentMetrics,
+    policy: str = "guided",
+) -> list[dict[str, Any]]:
     """Say a conversation's steps to a fresh agent in one mode; one record per step."""
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -193,8 +208,15 @@ def run_conversation(conv: dict[str, Any], mode: str, llm: LLMClient, embedder: 
             labels = {t["label"]: [t["id"]] for t in history if t["label"]}
         if mode == "down":
             memory.close()  # the store is gone: every memory call fails from here on
-        agent = Agent(memory, user_id="bench", llm=llm, memory_enabled=mode != "off", session_id="live",
-                      metrics=metrics, policy=policy)  # fmt: skip
+        agent = Agent(
+            memory,
+            user_id="bench",
+            llm=llm,
+            memory_enabled=mode != "off",
+            session_id="live",
+            metrics=metrics,
+            policy=policy,
+        )
         try:
             for i, step in enumerate(conv["steps"]):
                 now = (START + timedelta(minutes=2 * i)).isoformat(timespec="minutes")
@@ -204,8 +226,13 @@ def run_conversation(conv: dict[str, Any], mode: str, llm: LLMClient, embedder: 
                     error = ""
                 except Exception as exc:  # counted against the agent: every turn must complete
                     turn, error = None, f"{type(exc).__name__}: {exc}"
-                row: dict[str, Any] = {"conversation": conv["name"], "step": i, "message": text, "error": error,
-                                       "kind": step.get("kind", "say")}  # fmt: skip
+                row: dict[str, Any] = {
+                    "conversation": conv["name"],
+                    "step": i,
+                    "message": text,
+                    "error": error,
+                    "kind": step.get("kind", "say"),
+                }
                 if turn is not None:
                     row |= turn.as_dict()
                     if "label" in step:
@@ -219,9 +246,13 @@ def run_conversation(conv: dict[str, Any], mode: str, llm: LLMClient, embedder: 
                         row["evidence_hit"] = bool(wanted & hits)
                         row["evidence_cited"] = bool(wanted & set(turn.cited_turn_ids if turn else []))
                 rows.append(row)
-                print(f"  [{mode:4}] {conv['name']} {i:2d} {row.get('metrics', {}).get('latency_s', 0):5.1f}s "
-                      f"{'OK ' if row.get('success') else '   ' if 'ask' in step else ' - '} {text[:40]!r} -> "
-                      f"{(turn.reply if turn else error)[:80]!r}", file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"  [{mode:4}] {conv['name']} {i:2d} {row.get('metrics', {}).get('latency_s', 0):5.1f}s "
+                    f"{'OK ' if row.get('success') else '   ' if 'ask' in step else ' - '} {text[:40]!r} -> "
+                    f"{(turn.reply if turn else error)[:80]!r}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         finally:
             if mode != "down":
                 memory.close()
@@ -291,9 +322,11 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def markdown(results: dict[str, Any]) -> str:
     """The results as a Markdown table, one row per (tier, mode)."""
-    head = ("| tier | memory | turns | completed | degraded | questions | success | memory Qs | tool Qs | evidence in"
-            " hits | cited | memory hit rate (Qs) | tool calls/turn | useful calls | calls/success | p50 s | p95 s |"
-            " tokens/turn (prompt+completion) |")  # fmt: skip
+    head = (
+        "| tier | memory | turns | completed | degraded | questions | success | memory Qs | tool Qs | evidence in"
+        " hits | cited | memory hit rate (Qs) | tool calls/turn | useful calls | calls/success | p50 s | p95 s |"
+        " tokens/turn (prompt+completion) |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
 
     def f(value: Any) -> str:
@@ -330,8 +363,12 @@ def rescore(path: Path, out: Path) -> None:
     for key, rows in results["rows"].items():
         for row in rows:
             if "expect" in row:
-                wanted = next(s["expect"] for conv in TIERS[key.split("/")[0]] for i, s in enumerate(conv["steps"])
-                              if conv["name"] == row["conversation"] and i == row["step"])  # fmt: skip
+                wanted = next(
+                    s["expect"]
+                    for conv in TIERS[key.split("/")[0]]
+                    for i, s in enumerate(conv["steps"])
+                    if conv["name"] == row["conversation"] and i == row["step"]
+                )
                 row["expect"] = wanted
                 row["success"] = answered(row.get("reply", ""), wanted)
         tier, mode = key.split("/")
@@ -357,12 +394,14 @@ def choice_split(items: list[list[str]]) -> dict[str, str]:
 
 def _old_choice_prompt(message: str, options: list[str]) -> list[dict[str, str]]:
     """The first agent's choice prompt (before the study), kept to measure it."""
-    old = {"search_memory": "look up what the user said in earlier conversations",
-           "recall_profile": "list the user's known preferences and profile facts",
-           "store_memory": "save a fact or preference the user just stated",
-           "calculator": "compute arithmetic in the message",
-           "clock": "today's date and time, date arithmetic",
-           "file_search": "search the user's files for words of the message"}  # fmt: skip
+    old = {
+        "search_memory": "look up what the user said in earlier conversations",
+        "recall_profile": "list the user's known preferences and profile facts",
+        "store_memory": "save a fact or preference the user just stated",
+        "calculator": "compute arithmetic in the message",
+        "clock": "today's date and time, date arithmetic",
+        "file_search": "search the user's files for words of the message",
+    }
     described = "\n".join(f"- {o}: {old.get(o, 'reply to the user now')}" for o in options)
     return [
         {"role": "system", "content": f"You are an assistant with tools. Pick the next action.\nActions:\n{described}"},
@@ -378,8 +417,14 @@ def choice_study(llm: LLMClient, out: Path) -> dict[str, Any]:
 
     items = json.loads(CHOICE_SET.read_text())["items"]
     split = choice_split(items)
-    variants = ["model, first prompt", "model, few-shot", "model, few-shot calibrated", "guided, few-shot",
-                "guided, few-shot calibrated (default)", "rules"]  # fmt: skip
+    variants = [
+        "model, first prompt",
+        "model, few-shot",
+        "model, few-shot calibrated",
+        "guided, few-shot",
+        "guided, few-shot calibrated (default)",
+        "rules",
+    ]
     agents = {
         policy: Agent(cast(Any, None), user_id="study", llm=llm, policy=policy, files_root=out, metrics=AgentMetrics())
         for policy in ("model", "guided", "rules")
@@ -398,14 +443,32 @@ def choice_study(llm: LLMClient, out: Path) -> dict[str, Any]:
         rule_options = agents["rules"]._options(message, cued, [], False)
         picks[variants[5]] = agents["rules"]._decide(None, message, rule_options, [], cued)[0]
         good = labels.split("|")
-        rows.append({"message": message, "labels": good, "split": split[message], "shortlist": shortlist,
-                     "picks": picks, "correct": {v: picks[v] in good for v in variants}})  # fmt: skip
-        print(f"  {split[message]:4} {message[:44]!r:48} {labels:30} " + " ".join(str(picks[v]) for v in variants),
-              file=sys.stderr, flush=True)  # fmt: skip
-    table = {v: {s: round(statistics.mean(r["correct"][v] for r in rows if r["split"] == s), 3)
-                 for s in ("dev", "test")} for v in variants}  # fmt: skip
-    results = {"model": llm.backend.name, "items": len(rows), "dev": sum(r["split"] == "dev" for r in rows),
-               "accuracy": table, "rows": rows}  # fmt: skip
+        rows.append(
+            {
+                "message": message,
+                "labels": good,
+                "split": split[message],
+                "shortlist": shortlist,
+                "picks": picks,
+                "correct": {v: picks[v] in good for v in variants},
+            }
+        )
+        print(
+            f"  {split[message]:4} {message[:44]!r:48} {labels:30} " + " ".join(str(picks[v]) for v in variants),
+            file=sys.stderr,
+            flush=True,
+        )
+    table = {
+        v: {s: round(statistics.mean(r["correct"][v] for r in rows if r["split"] == s), 3) for s in ("dev", "test")}
+        for v in variants
+    }
+    results = {
+        "model": llm.backend.name,
+        "items": len(rows),
+        "dev": sum(r["split"] == "dev" for r in rows),
+        "accuracy": table,
+        "rows": rows,
+    }
     out.mkdir(parents=True, exist_ok=True)
     (out / "choice.json").write_text(json.dumps(results, indent=1) + "\n")
     lines = ["| policy, prompt | dev | test |", "|---|---|---|"]
@@ -454,9 +517,17 @@ def main() -> None:
     llm = LLMClient(LocalBackend(model=args.model))  # no call cache: every call really runs the model
     embedder = make_embedder(Settings(embedder=args.embedder))
     llm.chat([{"role": "user", "content": "hi"}], max_tokens=1)  # load the model outside the timed turns
-    results: dict[str, Any] = {"model": llm.backend.name, "engine": args.engine, "embedder": embedder.name,
-                               "policy": args.policy, "tool_budget": 4, "history_turns": 2, "tiers": {}, "rows": {},
-                               "metrics": {}}  # fmt: skip
+    results: dict[str, Any] = {
+        "model": llm.backend.name,
+        "engine": args.engine,
+        "embedder": embedder.name,
+        "policy": args.policy,
+        "tool_budget": 4,
+        "history_turns": 2,
+        "tiers": {},
+        "rows": {},
+        "metrics": {},
+    }
     started = time.perf_counter()
     for tier in tiers:
         conversations = TIERS[tier][: args.limit] if args.limit else TIERS[tier]

@@ -41,25 +41,37 @@ def fmt(x: Any) -> str:
 def tables(run: Path) -> str:
     results, _ = load(run)
     engines = results["engines"]
-    lines = ["Recall@10 by size and question type:", "",
-             "| engine | " + " | ".join(f"{s} {t}" for s in SIZES for t in TYPES) + " |",
-             "|---|" + "---:|" * (len(SIZES) * len(TYPES))]  # fmt: skip
+    lines = [
+        "Recall@10 by size and question type:",
+        "",
+        "| engine | " + " | ".join(f"{s} {t}" for s in SIZES for t in TYPES) + " |",
+        "|---|" + "---:|" * (len(SIZES) * len(TYPES)),
+    ]
     for name, e in engines.items():
         by = e.get("by_size", {})
         cells = [fmt(by.get(s, {}).get(t, {}).get("recall@10")) for s in SIZES for t in TYPES]
         lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
     cols = ("recall@10", "recall@budget", "lookalike_top", "superseded_top")
-    lines += ["", "All types, per size (recall@10 / recall@budget / look-alike rate / superseded rate):", "",
-              "| engine | " + " | ".join(SIZES) + " | questions (S / M / L) |",
-              "|---|" + "---|" * (len(SIZES) + 1)]  # fmt: skip
+    lines += [
+        "",
+        "All types, per size (recall@10 / recall@budget / look-alike rate / superseded rate):",
+        "",
+        "| engine | " + " | ".join(SIZES) + " | questions (S / M / L) |",
+        "|---|" + "---|" * (len(SIZES) + 1),
+    ]
     for name, e in engines.items():
         by = e.get("by_size", {})
         cells = [" / ".join(fmt(by.get(s, {}).get("all", {}).get(c)) for c in cols) for s in SIZES]
         counts = " / ".join(str(by.get(s, {}).get("all", {}).get("questions", 0)) for s in SIZES)
         lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {counts} |")
     if any(e.get("answer") for e in engines.values()):
-        lines += ["", "Answers (exact match / contains / token F1 on the structured answer), all sizes run:", "",
-                  "| engine | " + " | ".join(TYPES) + " | all |", "|---|" + "---|" * (len(TYPES) + 1)]  # fmt: skip
+        lines += [
+            "",
+            "Answers (exact match / contains / token F1 on the structured answer), all sizes run:",
+            "",
+            "| engine | " + " | ".join(TYPES) + " | all |",
+            "|---|" + "---|" * (len(TYPES) + 1),
+        ]
         for name, e in engines.items():
             cells = []
             for t in [*TYPES, "all"]:
@@ -84,8 +96,12 @@ def _samples(run: Path) -> dict[str, dict[str, Any]]:
 
 def _texts(sample: dict[str, Any]) -> dict[str, str]:
     conv = sample["conversation"]
-    return {t["dia_id"]: f"{t['speaker']}: {t['text']}" for k, v in conv.items()
-            if k.startswith("session_") and isinstance(v, list) for t in v}  # fmt: skip
+    return {
+        t["dia_id"]: f"{t['speaker']}: {t['text']}"
+        for k, v in conv.items()
+        if k.startswith("session_") and isinstance(v, list)
+        for t in v
+    }
 
 
 def _mark(turn: str, qa: dict[str, Any]) -> str:
@@ -106,8 +122,10 @@ def losses(run: Path, engine: str, against: str, examples: int, top: int = 5) ->
     both = [i for i in mine if i in theirs]
     lost = [i for i in both if mine[i]["recall@10"] < theirs[i]["recall@10"]]
     won = [i for i in both if mine[i]["recall@10"] > theirs[i]["recall@10"]]
-    lines = [f"`{engine}` against `{against}`: {len(lost)} questions lost and {len(won)} won at recall@10,"
-             f" of {len(both)}.", ""]  # fmt: skip
+    lines = [
+        f"`{engine}` against `{against}`: {len(lost)} questions lost and {len(won)} won at recall@10, of {len(both)}.",
+        "",
+    ]
     by_type = Counter(mine[i]["category"] for i in lost)
     lines.append("Lost by type: " + ", ".join(f"{t} {by_type.get(t, 0)}" for t in TYPES))
     why = Counter()
@@ -115,8 +133,13 @@ def losses(run: Path, engine: str, against: str, examples: int, top: int = 5) ->
         w = mine[i].get("wrong_top")
         sample_id, n = i.rsplit("#", 1)
         qa = samples[sample_id]["qa"][int(n)]
-        why["look-alike" if w in qa.get("lookalikes", []) else "superseded" if w in qa.get("superseded", [])
-            else "other"] += 1  # fmt: skip
+        why[
+            "look-alike"
+            if w in qa.get("lookalikes", [])
+            else "superseded"
+            if w in qa.get("superseded", [])
+            else "other"
+        ] += 1
     lines.append("Top-ranked wrong turn in the lost questions: " + ", ".join(f"{k} {v}" for k, v in why.items()))
     shown = 0
     for t in TYPES:
@@ -133,8 +156,9 @@ def losses(run: Path, engine: str, against: str, examples: int, top: int = 5) ->
                 "",
             ]
             for name, q in ((engine, mine[i]), (against, theirs[i])):
-                ranks = {t: next((r for r, ids in enumerate(q["top"], start=1) if t in ids), None)
-                         for t in qa["evidence"]}  # fmt: skip
+                ranks = {
+                    t: next((r for r, ids in enumerate(q["top"], start=1) if t in ids), None) for t in qa["evidence"]
+                }
                 where = ", ".join(f"{t} at {r if r else '>50'}" for t, r in ranks.items())
                 lines.append(f"- `{name}` (recall@10 {q['recall@10']:.2f}; evidence {where}):")
                 for rank, ids in enumerate(q["top"][:top], start=1):

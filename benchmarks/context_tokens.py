@@ -62,8 +62,11 @@ def main() -> None:
                     cost += sum({session: heading for _, session, heading in found}.values())
                 costs.append(cost)
                 recalls.append(q[f"recall@{k}"])
-        figures[label] = {"questions": len(costs), "tokens": statistics.fmean(costs),
-                          f"recall@{k}": statistics.fmean(recalls)}  # fmt: skip
+        figures[label] = {
+            "questions": len(costs),
+            "tokens": statistics.fmean(costs),
+            f"recall@{k}": statistics.fmean(recalls),
+        }
     print(json.dumps(figures))
 
 

@@ -32,19 +32,31 @@ from cuemem.config import Settings
 from cuemem.embed import make_embedder
 
 SLOTS: dict[str, dict[str, Any]] = {
-    "drink": {"values": ["green tea", "black coffee", "oat milk lattes", "sparkling water", "chai", "espresso"],
-              "question": "What does {name} like to drink"},
-    "home": {"values": ["Lisbon", "Porto", "Berlin", "Toronto", "Osaka", "Nairobi"],
-             "question": "Which city does {name} live in"},
-    "job": {"values": ["a nurse", "a data analyst", "a teacher", "a carpenter", "a pilot", "a chef"],
-            "question": "What does {name} work as"},
-    "sport": {"values": ["tennis", "bouldering", "swimming", "cycling", "yoga", "running"],
-              "question": "Which sport does {name} enjoy"},
-    "music": {"values": ["jazz", "techno", "folk music", "classical music", "hip hop", "k-pop"],
-              "question": "What music does {name} listen to"},
-    "seat": {"values": ["window seats", "aisle seats", "exit row seats"],
-             "question": "Which seats does {name} prefer on flights"},
-}  # fmt: skip
+    "drink": {
+        "values": ["green tea", "black coffee", "oat milk lattes", "sparkling water", "chai", "espresso"],
+        "question": "What does {name} like to drink",
+    },
+    "home": {
+        "values": ["Lisbon", "Porto", "Berlin", "Toronto", "Osaka", "Nairobi"],
+        "question": "Which city does {name} live in",
+    },
+    "job": {
+        "values": ["a nurse", "a data analyst", "a teacher", "a carpenter", "a pilot", "a chef"],
+        "question": "What does {name} work as",
+    },
+    "sport": {
+        "values": ["tennis", "bouldering", "swimming", "cycling", "yoga", "running"],
+        "question": "Which sport does {name} enjoy",
+    },
+    "music": {
+        "values": ["jazz", "techno", "folk music", "classical music", "hip hop", "k-pop"],
+        "question": "What music does {name} listen to",
+    },
+    "seat": {
+        "values": ["window seats", "aisle seats", "exit row seats"],
+        "question": "Which seats does {name} prefer on flights",
+    },
+}
 FIRST = {
     "drink": ["I love {v}.", "My favorite drink is {v}.", "I usually have {v} in the morning.", "I prefer {v}."],
     "home": ["I live in {v}.", "I've been living in {v} for years.", "Home for me is {v}."],
@@ -54,25 +66,66 @@ FIRST = {
     "seat": ["I prefer {v} on flights.", "I always book {v}.", "On planes I like {v}."],
 }
 CHANGE = {
-    "drink": ["I switched from {old} to {v}.", "These days I prefer {v}.", "I no longer drink {old}; I'm into {v} now.",
-              "Turns out {v} is my thing now.", "Actually, I've started drinking {v} instead."],
-    "home": ["I moved from {old} to {v}.", "I moved to {v} last month.", "I now live in {v}.",
-             "We relocated, so {v} is home now."],
+    "drink": [
+        "I switched from {old} to {v}.",
+        "These days I prefer {v}.",
+        "I no longer drink {old}; I'm into {v} now.",
+        "Turns out {v} is my thing now.",
+        "Actually, I've started drinking {v} instead.",
+    ],
+    "home": [
+        "I moved from {old} to {v}.",
+        "I moved to {v} last month.",
+        "I now live in {v}.",
+        "We relocated, so {v} is home now.",
+    ],
     "job": ["I started a new job as {v}.", "I now work as {v}.", "I quit being {old}, I'm {v} now."],
-    "sport": ["I no longer play {old}, these days I love {v}.", "I've switched from {old} to {v}.",
-              "Lately I'm really into {v}.", "{V} has replaced {old} for me."],
-    "music": ["These days I listen to {v}.", "I don't like {old} anymore, I love {v} now.",
-              "I switched from {old} to {v}.", "My favorite music is now {v}."],
+    "sport": [
+        "I no longer play {old}, these days I love {v}.",
+        "I've switched from {old} to {v}.",
+        "Lately I'm really into {v}.",
+        "{V} has replaced {old} for me.",
+    ],
+    "music": [
+        "These days I listen to {v}.",
+        "I don't like {old} anymore, I love {v} now.",
+        "I switched from {old} to {v}.",
+        "My favorite music is now {v}.",
+    ],
     "seat": ["I now prefer {v}.", "I switched from {old} to {v}.", "No more {old} for me, {v} from now on."],
-}  # fmt: skip
+}
 DISTRACT = [
-    "My brother loves {x}.", "Have you tried {x}? Many people like it.", "My friend is really into {x}.",
-    "We talked about {x} at dinner, not my thing though.", "The weather was lovely today.",
-    "Can you remind me to call my mother?", "What a week it has been.",
-]  # fmt: skip
+    "My brother loves {x}.",
+    "Have you tried {x}? Many people like it.",
+    "My friend is really into {x}.",
+    "We talked about {x} at dinner, not my thing though.",
+    "The weather was lovely today.",
+    "Can you remind me to call my mother?",
+    "What a week it has been.",
+]
 ASSISTANT = ["Many people enjoy {x}.", "I can suggest places for {x}.", "Noted. Anything else?"]
-NAMES = ["Priya", "Tomas", "Aiko", "Kwame", "Lena", "Mateo", "Sofia", "Ravi", "Ines", "Jonas", "Amara", "Chen",
-         "Noor", "Felix", "Hana", "Diego", "Zara", "Omar", "Elif", "Yuki"]  # fmt: skip
+NAMES = [
+    "Priya",
+    "Tomas",
+    "Aiko",
+    "Kwame",
+    "Lena",
+    "Mateo",
+    "Sofia",
+    "Ravi",
+    "Ines",
+    "Jonas",
+    "Amara",
+    "Chen",
+    "Noor",
+    "Felix",
+    "Hana",
+    "Diego",
+    "Zara",
+    "Omar",
+    "Elif",
+    "Yuki",
+]
 DATE_FORMATS = ["%Y-%m-%d", "%B %d, %Y", "%d/%m/%Y"]
 
 
@@ -105,8 +158,14 @@ def make_user(rng: random.Random, number: int) -> dict[str, Any]:
         for text in said:
             turns.append({"speaker": speaker, "text": text, "session_id": f"s{session}", "timestamp": day})
             other = rng.choice(SLOTS[rng.choice(sorted(SLOTS))]["values"])
-            turns.append({"speaker": "assistant", "text": rng.choice(ASSISTANT).format(x=other),
-                          "session_id": f"s{session}", "timestamp": day})  # fmt: skip
+            turns.append(
+                {
+                    "speaker": "assistant",
+                    "text": rng.choice(ASSISTANT).format(x=other),
+                    "session_id": f"s{session}",
+                    "timestamp": day,
+                }
+            )
     for i, t in enumerate(turns):
         t["id"] = f"u{number}-{i}"
     return {"user": f"user{number}", "name": name, "speaker": speaker, "turns": turns, "truth": truth}
@@ -152,17 +211,26 @@ def run(engines: list[str], users: int, embedder: str, out: Path | None, only: s
                     first = next((h.text for h in hits if any(mentions(h.text, v) for v in values)), "")
                     # a hit naming both old and new ("switched from X to Y") counts for the new value
                     held = profile_correct(profile, values) if profile is not None else None
-                    rows.append({"user": user["user"], "split": split[user["user"]], "slot": slot,
-                                 "changes": len(values) - 1, "current_at_1": mentions(first, values[-1]),
-                                 "profile": held})  # fmt: skip
+                    rows.append(
+                        {
+                            "user": user["user"],
+                            "split": split[user["user"]],
+                            "slot": slot,
+                            "changes": len(values) - 1,
+                            "current_at_1": mentions(first, values[-1]),
+                            "profile": held,
+                        }
+                    )
         seconds = time.perf_counter() - started
         summary: dict[str, Any] = {"seconds": round(seconds, 1)}
         for part in ("dev", "test"):
             mine = [r for r in rows if r["split"] == part]
             if not mine:
                 continue
-            summary[part] = {"slots": len(mine),
-                             "current_at_1": round(sum(r["current_at_1"] for r in mine) / len(mine), 3)}  # fmt: skip
+            summary[part] = {
+                "slots": len(mine),
+                "current_at_1": round(sum(r["current_at_1"] for r in mine) / len(mine), 3),
+            }
             if mine and mine[0]["profile"] is not None:
                 summary[part]["profile"] = round(sum(bool(r["profile"]) for r in mine) / len(mine), 3)
         results["engines"][engine] = {"summary": summary, "rows": rows}

@@ -46,14 +46,20 @@ def sentence_records(n: int) -> list[dict]:
     for item in _items():
         if len(seen) >= n:
             break
-        for session, date, sid in zip(item["haystack_sessions"], item["haystack_dates"], item["haystack_session_ids"],
-                                      strict=True):  # fmt: skip
+        for session, date, sid in zip(
+            item["haystack_sessions"], item["haystack_dates"], item["haystack_session_ids"], strict=True
+        ):
             for message in session:
                 for piece in SPLIT.split(message.get("content") or ""):
                     piece = piece.strip()
                     if len(piece.split()) >= 3 and piece not in seen:
-                        seen[piece] = {"id": f"s{len(seen)}", "text": piece, "speaker": message.get("role") or "user",
-                                       "timestamp": date, "session_id": str(sid)}  # fmt: skip
+                        seen[piece] = {
+                            "id": f"s{len(seen)}",
+                            "text": piece,
+                            "speaker": message.get("role") or "user",
+                            "timestamp": date,
+                            "session_id": str(sid),
+                        }
     return list(seen.values())[:n]
 
 
@@ -112,8 +118,13 @@ def main() -> None:
     if args.embed_only:
         print(f"embedded {len(texts)} sentences in {time.perf_counter() - start:.0f} s")
         return
-    out: dict = {"n": len(texts), "embed_s": time.perf_counter() - start, "m": HNSW_M,
-                 "ef_construction": HNSW_EF_CONSTRUCTION, "questions": {}}  # fmt: skip
+    out: dict = {
+        "n": len(texts),
+        "embed_s": time.perf_counter() - start,
+        "m": HNSW_M,
+        "ef_construction": HNSW_EF_CONSTRUCTION,
+        "questions": {},
+    }
     server = pgserver.get_server(data / "pg", cleanup_mode="stop")
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -126,8 +137,10 @@ def main() -> None:
                 cp.write_row((i, v))
         conn.execute("SET maintenance_work_mem = '4GB'")
         start = time.perf_counter()
-        conn.execute(f"CREATE INDEX ON bench_real USING hnsw (vec vector_cosine_ops)"
-                     f" WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")  # fmt: skip
+        conn.execute(
+            f"CREATE INDEX ON bench_real USING hnsw (vec vector_cosine_ops)"
+            f" WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})"
+        )
         out["hnsw_s"] = time.perf_counter() - start
         sweep: dict = {}
         for split in ("dev", "test"):
@@ -145,8 +158,9 @@ def main() -> None:
                     found, ms = [], []
                     for v, t in zip(qv, truth, strict=True):
                         t0 = time.perf_counter()
-                        rows = conn.execute("SELECT id, 1 - (vec <=> %s) FROM bench_real ORDER BY vec <=> %s LIMIT %s",
-                                            (v, v, k)).fetchall()  # fmt: skip
+                        rows = conn.execute(
+                            "SELECT id, 1 - (vec <=> %s) FROM bench_real ORDER BY vec <=> %s LIMIT %s", (v, v, k)
+                        ).fetchall()
                         ms.append((time.perf_counter() - t0) * 1000)
                         found.append(sum(1 for _, s in rows if s >= t[k - 1] - 1e-5) / k)
                     res = sweep.setdefault(ef, {}).setdefault(split, {})
@@ -161,9 +175,14 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
     for ef, row in sweep.items():
-        print(f"ef {ef}: " + "  ".join(f"{s} r@10 {r['recall@10']:.3f} r@100 {r['recall@100']:.3f}"
-                                       f" p50/p95@10 {r['p50_ms@10']:.1f}/{r['p95_ms@10']:.1f} ms"
-                                       for s, r in row.items()))  # fmt: skip
+        print(
+            f"ef {ef}: "
+            + "  ".join(
+                f"{s} r@10 {r['recall@10']:.3f} r@100 {r['recall@100']:.3f}"
+                f" p50/p95@10 {r['p50_ms@10']:.1f}/{r['p95_ms@10']:.1f} ms"
+                for s, r in row.items()
+            )
+        )
     print(f"n {out['n']}, embed {out['embed_s']:.0f} s, HNSW build {out['hnsw_s']:.0f} s, chosen ef {out['chosen_ef']}")
 
 

@@ -66,8 +66,14 @@ def main() -> None:
         out["prefill_tokens_per_s"] = ids.shape[1] * args.repeats / (time.perf_counter() - start)
         prompt = ids[:, :64]
         start = time.perf_counter()
-        generated = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=64, min_new_tokens=64,
-                                   do_sample=False, pad_token_id=backend.end_id)  # fmt: skip
+        generated = model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=64,
+            min_new_tokens=64,
+            do_sample=False,
+            pad_token_id=backend.end_id,
+        )
         out["decode_tokens_per_s"] = (generated.shape[1] - 64) / (time.perf_counter() - start)
     print(json.dumps(out), flush=True)
 

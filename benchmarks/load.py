@@ -51,8 +51,28 @@ import httpx
 from cuemem.server.keys import KeyRing
 from cuemem.store import display_target, is_dsn
 
-WORDS = ["garden", "harbour", "violin", "ticket", "lantern", "pepper", "orbit", "canyon", "meadow", "copper", "falcon",
-         "puzzle", "river", "tundra", "velvet", "marble", "comet", "saddle", "willow", "ember"]  # fmt: skip
+WORDS = [
+    "garden",
+    "harbour",
+    "violin",
+    "ticket",
+    "lantern",
+    "pepper",
+    "orbit",
+    "canyon",
+    "meadow",
+    "copper",
+    "falcon",
+    "puzzle",
+    "river",
+    "tundra",
+    "velvet",
+    "marble",
+    "comet",
+    "saddle",
+    "willow",
+    "ember",
+]
 OPS = ("write", "search", "get", "cross_get")
 
 
@@ -69,11 +89,22 @@ def start_server(db: str, port: int, keys: Path, args: argparse.Namespace, log: 
         command += ["--engine", args.engine]
     if args.embedder:
         command += ["--embedder", args.embedder]
-    command += ["serve", "--port", str(port), "--keys-file", str(keys), "--rate", "0", "--log-level", "warning",
-                "--no-mcp"]  # fmt: skip
+    command += [
+        "serve",
+        "--port",
+        str(port),
+        "--keys-file",
+        str(keys),
+        "--rate",
+        "0",
+        "--log-level",
+        "warning",
+        "--no-mcp",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    process = subprocess.Popen(command, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env,
-                               start_new_session=True)  # fmt: skip
+    process = subprocess.Popen(
+        command, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -169,8 +200,17 @@ class Client(threading.Thread):
     """One client: its own key and user, a home server; `writes` rounds of write, search, get (and a cross-key get
     every fifth round); records every outcome. When its server was killed it moves to the next live one."""
 
-    def __init__(self, fleet: Fleet, home: int, token: str, user: str, neighbour: str, writes: int, seed: int,
-                 stop: threading.Event) -> None:  # fmt: skip
+    def __init__(
+        self,
+        fleet: Fleet,
+        home: int,
+        token: str,
+        user: str,
+        neighbour: str,
+        writes: int,
+        seed: int,
+        stop: threading.Event,
+    ) -> None:
         super().__init__(daemon=True)
         self.fleet, self.server, self.token, self.user, self.neighbour = fleet, home, token, user, neighbour
         self.writes, self.stop = writes, stop
@@ -217,8 +257,9 @@ class Client(threading.Thread):
                 data = found.json()
                 if data.get("namespace", {}).get("user_id") != self.user:
                     self.cross_key.append(f"search namespace {data.get('namespace')}")
-                self.cross_key += [f"search hit {t}" for h in data["hits"] for t in h["turn_ids"]
-                                   if owner(t) != self.user]  # fmt: skip
+                self.cross_key += [
+                    f"search hit {t}" for h in data["hits"] for t in h["turn_ids"] if owner(t) != self.user
+                ]
             if self.acked:
                 own = self.random.choice(sorted(self.acked))
                 got = self._call("get", lambda c, t=own: c.get(f"/v1/memories/{t}"))
@@ -333,8 +374,10 @@ def run_phase(root: Path, db: str, args: argparse.Namespace, kill_after: float |
         for url in fleet.urls:
             warm_up(url, warm)
         stop = threading.Event()
-        clients = [Client(fleet, n % args.servers, tokens[user], user, users[(n + 1) % len(users)], args.writes, n,
-                          stop) for n, user in enumerate(users)]  # fmt: skip
+        clients = [
+            Client(fleet, n % args.servers, tokens[user], user, users[(n + 1) % len(users)], args.writes, n, stop)
+            for n, user in enumerate(users)
+        ]
         start = time.perf_counter()
         for client in clients:
             client.start()
@@ -389,16 +432,18 @@ def run_phase(root: Path, db: str, args: argparse.Namespace, kill_after: float |
         "latency_ms": {op: latency([x for c in clients for x in c.latency[op]]) for op in OPS},
     }
     if kill_after is not None:
-        result.update({
-            "killed_server": fleet.urls[victim],
-            "killed_at_s": round(killed_at or 0.0, 2),
-            "clients_running_at_kill": running_at_kill,
-            "acknowledged_before_kill": acked_at_kill,
-            "acknowledged_after_kill": result["acknowledged_writes"] - (acked_at_kill or 0),
-            "clients_moved": sum(1 for c in clients if c.moves),
-            "responses_after_kill": sum(c.after_kill for c in clients),
-            "restarted_server_reads_all": not unread[fleet.urls[victim]],
-        })  # fmt: skip
+        result.update(
+            {
+                "killed_server": fleet.urls[victim],
+                "killed_at_s": round(killed_at or 0.0, 2),
+                "clients_running_at_kill": running_at_kill,
+                "acknowledged_before_kill": acked_at_kill,
+                "acknowledged_after_kill": result["acknowledged_writes"] - (acked_at_kill or 0),
+                "clients_moved": sum(1 for c in clients if c.moves),
+                "responses_after_kill": sum(c.after_kill for c in clients),
+                "restarted_server_reads_all": not unread[fleet.urls[victim]],
+            }
+        )
     return result
 
 
@@ -429,10 +474,15 @@ def main() -> int:
     parser.add_argument("--writes", type=int, default=200, help="writes per client, each followed by a search")
     parser.add_argument("--servers", type=int, default=1, help="`cuemem serve` processes on the one store")
     store = parser.add_mutually_exclusive_group()
-    store.add_argument("--db", default=None,
-                       help="a PostgreSQL DSN or a SQLite file (default: a temporary file per phase)")  # fmt: skip
-    store.add_argument("--pgserver", type=Path, default=None,
-                       help="start PostgreSQL (package pgserver) in DIR; a fresh database per phase")  # fmt: skip
+    store.add_argument(
+        "--db", default=None, help="a PostgreSQL DSN or a SQLite file (default: a temporary file per phase)"
+    )
+    store.add_argument(
+        "--pgserver",
+        type=Path,
+        default=None,
+        help="start PostgreSQL (package pgserver) in DIR; a fresh database per phase",
+    )
     parser.add_argument("--engine", default=None, help="default: the configured engine (hybrid)")
     parser.add_argument("--embedder", default=None, help="default: the configured embedder (embeddinggemma)")
     parser.add_argument("--kill-after", type=float, default=20.0, help="seconds of load before the kill -9")
@@ -451,16 +501,20 @@ def main() -> int:
         kind = "postgresql (pgserver, a fresh database per phase)"
     elif args.db:
         kind = display_target(args.db) if is_dsn(args.db) else f"sqlite ({args.db})"
-    result: dict[str, Any] = {"engine": args.engine or "default", "embedder": args.embedder or "default",
-                              "store": kind, "servers": args.servers, "cpus": len(os.sched_getaffinity(0))}  # fmt: skip
+    result: dict[str, Any] = {
+        "engine": args.engine or "default",
+        "embedder": args.embedder or "default",
+        "store": kind,
+        "servers": args.servers,
+        "cpus": len(os.sched_getaffinity(0)),
+    }
     phases = [("load", None)] + ([] if args.skip_kill else [("kill9", args.kill_after)])
     with tempfile.TemporaryDirectory() as tmp:
         for phase, kill_after in phases:
             root = Path(tmp) / phase
             root.mkdir()
             what = f"{args.clients} clients x {args.writes} rounds on {args.servers} server(s), {kind}"
-            print(f"phase {phase}: {what}" + (f", kill -9 after {kill_after} s" if kill_after else ""),
-                  file=sys.stderr)  # fmt: skip
+            print(f"phase {phase}: {what}" + (f", kill -9 after {kill_after} s" if kill_after else ""), file=sys.stderr)
             with phase_store(root, args, phase, pg) as db:
                 result[phase] = run_phase(root, db, args, kill_after)
             print(json.dumps(result[phase], indent=1), file=sys.stderr)

@@ -57,8 +57,13 @@ def embedders(out: dict) -> None:
             embed_query(embedder, [q])
             latencies.append((time.perf_counter() - start) * 1000)
         latencies.sort()
-        out[name] = {"load_s": load, "docs_per_s": docs_per_s, "query_p50_ms": percentile(latencies, 50),
-                     "query_p95_ms": percentile(latencies, 95), "dim": embedder.dim}  # fmt: skip
+        out[name] = {
+            "load_s": load,
+            "docs_per_s": docs_per_s,
+            "query_p50_ms": percentile(latencies, 50),
+            "query_p95_ms": percentile(latencies, 95),
+            "dim": embedder.dim,
+        }
         print(name, out[name], flush=True)
 
 
@@ -102,8 +107,13 @@ def models(out: dict) -> None:
             reply = client.backend.chat(asked, max_tokens=32, temperature=0.0)  # the backend: no cache
             seconds.append(time.perf_counter() - start)
             usage = reply.usage
-        out[label] = {"load_s": load, "answer_s": statistics.median(seconds), "prompt_tokens": usage.prompt_tokens,
-                      "completion_tokens": usage.completion_tokens, "reply": reply.text}  # fmt: skip
+        out[label] = {
+            "load_s": load,
+            "answer_s": statistics.median(seconds),
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "reply": reply.text,
+        }
         print(label, out[label], flush=True)
 
 

@@ -295,8 +295,12 @@ def _mark_shared(memory: Any) -> None:
 
 
 def _lat(ms: list[float]) -> dict:
-    return {"p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95), "mean_ms": statistics.mean(ms),
-            "queries": len(ms)}  # fmt: skip
+    return {
+        "p50_ms": percentile(ms, 50),
+        "p95_ms": percentile(ms, 95),
+        "mean_ms": statistics.mean(ms),
+        "queries": len(ms),
+    }
 
 
 # --------------------------------------------------------------------------- phases (each in a subprocess)
@@ -318,9 +322,16 @@ def phase_load(target: str, n: int, batch: int, bulk: bool) -> dict:
         _mark_shared(memory)
         stored = memory.store.count_turns(memory.store.namespace_id(memory.namespace(USER)))
     assert stored == n, f"stored {stored} of {n} turns"
-    return {"turns": n, "unique_texts": unique, "path": "bulk" if bulk else "add", "call_turns": batch,
-            "engine_batch": cuemem.memory.INGEST_BATCH, "seconds": seconds, "turns_per_s": n / seconds,
-            "peak_rss_mb": peak_mb()}  # fmt: skip
+    return {
+        "turns": n,
+        "unique_texts": unique,
+        "path": "bulk" if bulk else "add",
+        "call_turns": batch,
+        "engine_batch": cuemem.memory.INGEST_BATCH,
+        "seconds": seconds,
+        "turns_per_s": n / seconds,
+        "peak_rss_mb": peak_mb(),
+    }
 
 
 class CachedHashing:
@@ -416,8 +427,14 @@ def phase_bulk(target: str, n: int, batch: int) -> dict:
                 j = list(range(len(added)))
             else:
                 j = [int(t.id[1:]) % len(base) for t in added]
-            store.put_items(ns, SPACE, [NewItem(t.id, turn_words(t), metas[b], [t.seq or 0], tokens[b])
-                                        for t, b in zip(added, j, strict=True)])  # fmt: skip
+            store.put_items(
+                ns,
+                SPACE,
+                [
+                    NewItem(t.id, turn_words(t), metas[b], [t.seq or 0], tokens[b])
+                    for t, b in zip(added, j, strict=True)
+                ],
+            )
             ids = store.item_ids(ns, SPACE, [t.id for t in added])
             docs = documents([turns[int(t.id[1:])] for t in added])
             v0 = time.perf_counter()
@@ -441,13 +458,29 @@ def phase_bulk(target: str, n: int, batch: int) -> dict:
     assert stored == n, f"stored {stored} of {n} turns"
     if mode == "minilm-perturbed" and cosines:
         c = np.asarray(cosines)
-        out["copy_cosine"] = {"target": CONFIG["cosine"], "sigma": sigma, "copies": len(c), "mean": float(c.mean()),
-                              "std": float(c.std()), "min": float(c.min()), "max": float(c.max()),
-                              **{f"p{q}": float(np.percentile(c, q)) for q in (1, 5, 50, 95, 99)}}  # fmt: skip
+        out["copy_cosine"] = {
+            "target": CONFIG["cosine"],
+            "sigma": sigma,
+            "copies": len(c),
+            "mean": float(c.mean()),
+            "std": float(c.std()),
+            "min": float(c.min()),
+            "max": float(c.max()),
+            **{f"p{q}": float(np.percentile(c, q)) for q in (1, 5, 50, 95, 99)},
+        }
         out["distinct_vectors"] = len(first)
-    return {"turns": n, "unique_texts": unique, "path": "bulk", "call_turns": batch, "seconds": seconds,
-            "turns_per_s": n / seconds, "vectors_s": vector_s, "base_fields_s": fields_s, "peak_rss_mb": peak_mb(),
-            **out}  # fmt: skip
+    return {
+        "turns": n,
+        "unique_texts": unique,
+        "path": "bulk",
+        "call_turns": batch,
+        "seconds": seconds,
+        "turns_per_s": n / seconds,
+        "vectors_s": vector_s,
+        "base_fields_s": fields_s,
+        "peak_rss_mb": peak_mb(),
+        **out,
+    }
 
 
 def phase_hnsw(dsn: str, mwm: str) -> dict:
@@ -473,8 +506,14 @@ def phase_hnsw(dsn: str, mwm: str) -> dict:
         count = store.vector_count(ns, SPACE, model)
     finally:
         store.close()
-    return {"vectors": count, "model": model, "seconds": seconds, "index_mb": size / 2**20,
-            "maintenance_work_mem": mwm, "max_parallel_maintenance_workers": int(workers)}  # fmt: skip
+    return {
+        "vectors": count,
+        "model": model,
+        "seconds": seconds,
+        "index_mb": size / 2**20,
+        "maintenance_work_mem": mwm,
+        "max_parallel_maintenance_workers": int(workers),
+    }
 
 
 def _namespace() -> Any:
@@ -502,8 +541,15 @@ def phase_search(target: str, engine: str, count: int) -> dict:
             start = time.perf_counter()
             memory.search(q, user_id=USER, k=10, engine=engine)
             ms.append((time.perf_counter() - start) * 1000)
-        out = {"engine": engine, "model_load_ms": model_ms, "first_query_ms": first,
-               "first_query_rss_mb": rss1 - rss0, **_lat(ms), "rss_mb": rss_mb(), "peak_rss_mb": peak_mb()}  # fmt: skip
+        out = {
+            "engine": engine,
+            "model_load_ms": model_ms,
+            "first_query_ms": first,
+            "first_query_rss_mb": rss1 - rss0,
+            **_lat(ms),
+            "rss_mb": rss_mb(),
+            "peak_rss_mb": peak_mb(),
+        }
         store = memory.store
         out["stored_turns"] = store.count_turns(store.namespace_id(memory.namespace(USER)))
         if engine != "bm25" and hasattr(memory.embedder, "memo"):
@@ -536,8 +582,9 @@ def _vectors_of(dsn: str, ns: int, model: str) -> tuple[Any, Any]:
         register_vector(conn)
         with conn.cursor(name="vectors") as cur:
             cur.itersize = 20000
-            cur.execute("SELECT item, vec FROM cuemem.vectors WHERE ns=%s AND space=%s AND model=%s",
-                        (ns, SPACE, model))  # fmt: skip
+            cur.execute(
+                "SELECT item, vec FROM cuemem.vectors WHERE ns=%s AND space=%s AND model=%s", (ns, SPACE, model)
+            )
             while rows := cur.fetchmany(20000):
                 items += [int(r[0]) for r in rows]
                 chunks.append(
@@ -585,9 +632,12 @@ def phase_recall(dsn: str, count: int, efs: str, checks: int) -> dict:
             floor = truth["dev"][r][1][-1] - 1e-5
             agree.append(sum(1 for _, s in exact if s >= floor) / 100)
         if agree:
-            out["exact_check"] = {"queries": len(agree), "recall@100_of_store_exact": statistics.mean(agree),
-                                  "store_exact_k100_p50_ms": percentile(exact_ms, 50),
-                                  "store_exact_k100_p95_ms": percentile(exact_ms, 95)}  # fmt: skip
+            out["exact_check"] = {
+                "queries": len(agree),
+                "recall@100_of_store_exact": statistics.mean(agree),
+                "store_exact_k100_p50_ms": percentile(exact_ms, 50),
+                "store_exact_k100_p95_ms": percentile(exact_ms, 95),
+            }
         sweep: dict = {}
         for ef in (int(e) for e in efs.split(",")):
             row: dict = {}
@@ -655,8 +705,10 @@ def phase_dupcheck(dsn: str, n: int, count: int, efs: str, mwm: str) -> dict:
         start = time.perf_counter()
         m, ef_construction = CONFIG.get("hnsw_m") or HNSW_M, CONFIG.get("hnsw_ef_construction") or HNSW_EF_CONSTRUCTION
         out["hnsw"] = {"m": m, "ef_construction": ef_construction}
-        conn.execute(f"CREATE INDEX bench_vec_hnsw ON public.bench_vec USING hnsw (vec vector_cosine_ops)"
-                     f" WITH (m = {int(m)}, ef_construction = {int(ef_construction)})")  # fmt: skip
+        conn.execute(
+            f"CREATE INDEX bench_vec_hnsw ON public.bench_vec USING hnsw (vec vector_cosine_ops)"
+            f" WITH (m = {int(m)}, ef_construction = {int(ef_construction)})"
+        )
         out["hnsw_s"] = time.perf_counter() - start
         embedder = make_embedder()
         sweep: dict = {}
@@ -702,8 +754,11 @@ def phase_fts(dsn: str, count: int) -> dict:
         conn.execute("DROP TABLE IF EXISTS public.bench_fts")
         conn.execute("SET maintenance_work_mem = '1GB'")
         start = time.perf_counter()
-        conn.execute("CREATE TABLE public.bench_fts AS SELECT id, to_tsvector('english', text) AS tsv"
-                     " FROM cuemem.items WHERE ns=%s AND space=%s", (ns, SPACE))  # fmt: skip
+        conn.execute(
+            "CREATE TABLE public.bench_fts AS SELECT id, to_tsvector('english', text) AS tsv"
+            " FROM cuemem.items WHERE ns=%s AND space=%s",
+            (ns, SPACE),
+        )
         out["tsvector_s"] = time.perf_counter() - start
         start = time.perf_counter()
         conn.execute("CREATE INDEX bench_fts_gin ON public.bench_fts USING gin(tsv)")
@@ -711,8 +766,10 @@ def phase_fts(dsn: str, count: int) -> dict:
         out["gin_build_s"] = time.perf_counter() - start
         out["table_mb"] = conn.execute("SELECT pg_relation_size('public.bench_fts')").fetchone()[0] / 2**20
         out["gin_mb"] = conn.execute("SELECT pg_relation_size('public.bench_fts_gin')").fetchone()[0] / 2**20
-        sql = ("SELECT id, ts_rank_cd(tsv, q) AS r FROM public.bench_fts, to_tsquery('english', %s) q"
-               " WHERE tsv @@ q ORDER BY r DESC, id LIMIT 10")  # fmt: skip
+        sql = (
+            "SELECT id, ts_rank_cd(tsv, q) AS r FROM public.bench_fts, to_tsquery('english', %s) q"
+            " WHERE tsv @@ q ORDER BY r DESC, id LIMIT 10"
+        )
         ms, matched = [], []
         for q in qs:
             words = [w for w in dict.fromkeys(analyze(q)) if re.fullmatch(r"[a-z0-9]+", w)]
@@ -721,8 +778,11 @@ def phase_fts(dsn: str, count: int) -> dict:
             start = time.perf_counter()
             conn.execute(sql, (" | ".join(words),)).fetchall()
             ms.append((time.perf_counter() - start) * 1000)
-            matched.append(conn.execute("SELECT count(*) FROM public.bench_fts WHERE tsv @@ to_tsquery('english', %s)",
-                                        (" | ".join(words),)).fetchone()[0])  # fmt: skip
+            matched.append(
+                conn.execute(
+                    "SELECT count(*) FROM public.bench_fts WHERE tsv @@ to_tsquery('english', %s)", (" | ".join(words),)
+                ).fetchone()[0]
+            )
         out.update(_lat(ms))
         out["matching_rows_mean"] = statistics.mean(matched)
         conn.execute("DROP TABLE public.bench_fts")
@@ -776,11 +836,20 @@ def start_postgres(root: Path, shared_buffers: str) -> tuple[Any, dict]:
     info: dict = {}
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
         info["version"] = conn.execute("SELECT version()").fetchone()[0]
-        info["pgvector"] = conn.execute("SELECT default_version FROM pg_available_extensions WHERE name='vector'"
-                                        ).fetchone()[0]  # fmt: skip
-        for name in ("shared_buffers", "effective_cache_size", "work_mem", "maintenance_work_mem",
-                     "max_parallel_workers_per_gather", "max_parallel_maintenance_workers", "synchronous_commit",
-                     "fsync", "max_wal_size"):  # fmt: skip
+        info["pgvector"] = conn.execute(
+            "SELECT default_version FROM pg_available_extensions WHERE name='vector'"
+        ).fetchone()[0]
+        for name in (
+            "shared_buffers",
+            "effective_cache_size",
+            "work_mem",
+            "maintenance_work_mem",
+            "max_parallel_workers_per_gather",
+            "max_parallel_maintenance_workers",
+            "synchronous_commit",
+            "fsync",
+            "max_wal_size",
+        ):
             info[name] = conn.execute(f"SHOW {name}").fetchone()[0]
     return server, info
 
@@ -826,8 +895,13 @@ def main() -> None:
     parser.add_argument("--maintenance-work-mem", default="6GB", help="for the HNSW build")
     parser.add_argument("--shared-buffers", default="4GB")
     parser.add_argument("--fts", action="store_true", help="also measure PostgreSQL full text (side experiment)")
-    parser.add_argument("--dupcheck", type=int, default=0, metavar="N",
-                        help="side experiment: HNSW recall, N vectors, none identical (plain table)")  # fmt: skip
+    parser.add_argument(
+        "--dupcheck",
+        type=int,
+        default=0,
+        metavar="N",
+        help="side experiment: HNSW recall, N vectors, none identical (plain table)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep each size's stores (else dropped after it)")
     parser.add_argument("--data", default="/tmp/cuemem-scale")
     parser.add_argument("--out", default="bench-out/scale.json")
@@ -870,15 +944,23 @@ def main() -> None:
     stores = args.stores.split(",")
     out = Path(args.out)
     report: dict = {
-        "machine": {"cores": os.cpu_count(), "python": sys.version.split()[0],
-                    "ram_gb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30},
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "ram_gb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30,
+        },
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "turns": f"LoCoMo ({len(source_turns()[0])} turns) then copies with p={REPLACE} word replacement, seed {SEED}"
-        if args.turns == "locomo" else "the first N distinct LongMemEval-S sentences (benchmarks/hnsw_real.py)",
-        "vectors": args.vectors, "embedder": make_embedder().name, "dims": dims(), "queries": args.queries,
-        "split": "dev/test by blake2b(question)[0] % 2" + (" (983 dev, 991 test)" if args.turns == "locomo" else
-                 " of LongMemEval-S's distinct questions"), "runs": [],
-    }  # fmt: skip
+        if args.turns == "locomo"
+        else "the first N distinct LongMemEval-S sentences (benchmarks/hnsw_real.py)",
+        "vectors": args.vectors,
+        "embedder": make_embedder().name,
+        "dims": dims(),
+        "queries": args.queries,
+        "split": "dev/test by blake2b(question)[0] % 2"
+        + (" (983 dev, 991 test)" if args.turns == "locomo" else " of LongMemEval-S's distinct questions"),
+        "runs": [],
+    }
     if args.vectors == "minilm-perturbed":
         report["copy_cosine_target"] = args.copy_cosine
         report["noise_sigma"] = noise_sigma(args.copy_cosine)
@@ -901,8 +983,9 @@ def main() -> None:
 
     if args.dupcheck:
         target = database(server, "scale_dupcheck")
-        report["dupcheck"] = run_phase("dupcheck", target, str(args.dupcheck), str(args.recall_queries),
-                                       args.ef_sweep, args.maintenance_work_mem)  # fmt: skip
+        report["dupcheck"] = run_phase(
+            "dupcheck", target, str(args.dupcheck), str(args.recall_queries), args.ef_sweep, args.maintenance_work_mem
+        )
         print(json.dumps(report["dupcheck"]), flush=True)
         _drop("postgres", target, server)
         save()
@@ -948,8 +1031,9 @@ def main() -> None:
                 )
                 save()
             if kind == "postgres" and args.recall_queries:
-                rec = run["recall"] = run_phase("recall", target, str(args.recall_queries), args.ef_sweep,
-                                                str(args.exact_checks))  # fmt: skip
+                rec = run["recall"] = run_phase(
+                    "recall", target, str(args.recall_queries), args.ef_sweep, str(args.exact_checks)
+                )
                 for ef, row in rec["sweep"].items():
                     print(
                         f"{kind:8s} {size:>8} ef_search {ef:>4}: "
@@ -960,8 +1044,11 @@ def main() -> None:
                         ),
                         flush=True,
                     )
-                print(f"{kind:8s} {size:>8} chosen ef_search {rec['chosen_ef']} (hnsw {rec['hnsw']},"
-                      f" exact check {rec.get('exact_check')})", flush=True)  # fmt: skip
+                print(
+                    f"{kind:8s} {size:>8} chosen ef_search {rec['chosen_ef']} (hnsw {rec['hnsw']},"
+                    f" exact check {rec.get('exact_check')})",
+                    flush=True,
+                )
                 save()
             if kind == "postgres" and args.fts:
                 run["fts"] = run_phase("fts", target, str(args.queries))
@@ -996,9 +1083,11 @@ def _drop(kind: str, target: str, server: Any) -> None:
 
 
 def markdown(report: dict) -> str:
-    lines = ["| store | turns | load path | load turns/s | HNSW build s / MB | engine | p50 ms | p95 ms | mean ms"
-             " | retrieval-only p50 / p95 ms | first query ms | first-query RSS MB | peak RSS MB |",
-             "|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        "| store | turns | load path | load turns/s | HNSW build s / MB | engine | p50 ms | p95 ms | mean ms"
+        " | retrieval-only p50 / p95 ms | first query ms | first-query RSS MB | peak RSS MB |",
+        "|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for run in report["runs"]:
         load = run["load"]
         hnsw = f"{run['hnsw']['seconds']:.0f} / {run['hnsw']['index_mb']:.0f}" if "hnsw" in run else "-"
@@ -1009,9 +1098,12 @@ def markdown(report: dict) -> str:
                 f" | {r['engine']} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['mean_ms']:.1f} | {ret}"
                 f" | {r['first_query_ms']:,.0f} | {r['first_query_rss_mb']:,.0f} | {r['peak_rss_mb']:,.0f} |"
             )
-    lines += ["", "| turns | HNSW | ef_search | dev recall@10 | dev recall@100 | test recall@10 | test recall@100"
-              " | test min recall@10 | test p50/p95 ms k=10 | test p50/p95 ms k=100 |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines += [
+        "",
+        "| turns | HNSW | ef_search | dev recall@10 | dev recall@100 | test recall@10 | test recall@100"
+        " | test min recall@10 | test p50/p95 ms k=10 | test p50/p95 ms k=100 |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for run in report["runs"]:
         rec = run.get("recall")
         if not rec:

@@ -36,10 +36,12 @@ def main() -> None:
                     return statistics.fmean(q[key] for q in sel) if sel else float("nan")
 
                 cat1 = [q for q in qs if q["category"] == "1"]
-                print(f"{root.name:>14} {engine_dir.name:>10} {split:4} n={len(qs):4} R@10={mean('recall@10'):.3f}"
-                      f" cat1={mean('recall@10', cat1):.3f} R@5={mean('recall@5'):.3f}"
-                      f" R@budget={mean('recall@budget'):.3f} ctx={mean('context_tokens'):.0f}"
-                      f" ms={mean('latency_ms'):.0f}")  # fmt: skip
+                print(
+                    f"{root.name:>14} {engine_dir.name:>10} {split:4} n={len(qs):4} R@10={mean('recall@10'):.3f}"
+                    f" cat1={mean('recall@10', cat1):.3f} R@5={mean('recall@5'):.3f}"
+                    f" R@budget={mean('recall@budget'):.3f} ctx={mean('context_tokens'):.0f}"
+                    f" ms={mean('latency_ms'):.0f}"
+                )
 
 
 if __name__ == "__main__":

@@ -46,8 +46,14 @@ def phase_ingest(engine: str, n: int, cache: str) -> dict:
         for i in range(0, n, 256):
             m.add(turns[i : i + 256], user_id="bench")
         seconds = time.perf_counter() - start
-    return {"engine": engine, "turns": n, "cached_embeddings": bool(cache), "seconds": seconds,
-            "turns_per_s": n / seconds, "peak_rss_mb": peak_mb()}  # fmt: skip
+    return {
+        "engine": engine,
+        "turns": n,
+        "cached_embeddings": bool(cache),
+        "seconds": seconds,
+        "turns_per_s": n / seconds,
+        "peak_rss_mb": peak_mb(),
+    }
 
 
 def phase_search(engine: str, size: int, queries: int, cache: str) -> dict:
@@ -68,9 +74,16 @@ def phase_search(engine: str, size: int, queries: int, cache: str) -> dict:
             start = time.perf_counter()
             m.search(q, user_id="bench", k=10, budget_tokens=4096)
             ms.append((time.perf_counter() - start) * 1000)
-    return {"engine": engine, "stored_turns": size, "build_seconds": build, "first_query_ms": first,
-            "p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95), "queries": len(ms),
-            "peak_rss_mb": peak_mb()}  # fmt: skip
+    return {
+        "engine": engine,
+        "stored_turns": size,
+        "build_seconds": build,
+        "first_query_ms": first,
+        "p50_ms": percentile(ms, 50),
+        "p95_ms": percentile(ms, 95),
+        "queries": len(ms),
+        "peak_rss_mb": peak_mb(),
+    }
 
 
 def run_phase(*args: str) -> dict:
@@ -109,8 +122,10 @@ def main() -> None:
     report["ingest"] += [cold, warm]
     for size in [int(s) for s in args.sizes.split(",")]:
         r = run_phase("search", args.engine, str(size), str(args.queries), args.cache)
-        print(f"search {size:>7} {args.engine} p50 {r['p50_ms']:6.1f} ms  p95 {r['p95_ms']:6.1f} ms"
-              f"  first {r['first_query_ms']:6.0f} ms  peak {r['peak_rss_mb']:.0f} MB")  # fmt: skip
+        print(
+            f"search {size:>7} {args.engine} p50 {r['p50_ms']:6.1f} ms  p95 {r['p95_ms']:6.1f} ms"
+            f"  first {r['first_query_ms']:6.0f} ms  peak {r['peak_rss_mb']:.0f} MB"
+        )
         report["search"].append(r)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))

@@ -82,8 +82,11 @@ def main() -> None:
     convs = [c for c in loader(data) if split_of(args.dataset, c.id) == args.split]
     wanted = {t.strip() for t in args.types.split(",") if t.strip()}
     if wanted:  # the same selection as `cuemem bench --types`: other questions out, then empty conversations
-        convs = [c for c in (dataclasses.replace(c, questions=[q for q in c.questions if q.category in wanted])
-                             for c in convs) if c.questions]  # fmt: skip
+        convs = [
+            c
+            for c in (dataclasses.replace(c, questions=[q for q in c.questions if q.category in wanted]) for c in convs)
+            if c.questions
+        ]
     convs = convs[: args.limit]
     base = {"embedder": args.embedder} if args.embedder else {}
     embedder = make_embedder(Settings.load(**base))
@@ -106,11 +109,16 @@ def main() -> None:
                     ms = (time.perf_counter() - start) * 1000
                     ranked = [h.turn_ids for h in hits]
                     windowed = query_window(q.text, parse_timestamp(q.date) if q.date else None) is not None
-                    rows.append({"category": q.category, "r10": evidence_recall(ranked, q.evidence, 10),
-                                 "windowed": windowed,
-                                 "r5": evidence_recall(ranked, q.evidence, 5),
-                                 "rb": evidence_recall([h.turn_ids for h in pack(hits, args.budget)], q.evidence),
-                                 "ms": ms})  # fmt: skip
+                    rows.append(
+                        {
+                            "category": q.category,
+                            "r10": evidence_recall(ranked, q.evidence, 10),
+                            "windowed": windowed,
+                            "r5": evidence_recall(ranked, q.evidence, 5),
+                            "rb": evidence_recall([h.turn_ids for h in pack(hits, args.budget)], q.evidence),
+                            "ms": ms,
+                        }
+                    )
         cat1 = [r for r in rows if r["category"] == "1"]
         dated = [r for r in rows if r["windowed"]]
         summary = {

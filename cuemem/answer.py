@@ -25,9 +25,18 @@ def system_prompt(abstain: str = ABSTAIN) -> str:
     )
 
 
-def read(client: LLMClient, question: str, retrieval: Retrieval, *, max_tokens: int = 32, cite: int = 2,
-         margin: float = 2.0, now: str | None = None, abstain: str = ABSTAIN,
-         notes: Sequence[str] = ()) -> Answer:  # fmt: skip
+def read(
+    client: LLMClient,
+    question: str,
+    retrieval: Retrieval,
+    *,
+    max_tokens: int = 32,
+    cite: int = 2,
+    margin: float = 2.0,
+    now: str | None = None,
+    abstain: str = ABSTAIN,
+    notes: Sequence[str] = (),
+) -> Answer:
     """Answer from the packed hits, then choose up to `cite` supporting ids among those in the context (a second
     one only if its log-probability is within `margin` of the first). `now` is the date the question is asked
     (LongMemEval's question date), which "how long ago" questions need; `abstain` is the reply when the excerpts
@@ -44,8 +53,11 @@ def read(client: LLMClient, question: str, retrieval: Retrieval, *, max_tokens: 
     ]
     text = client.chat(messages, max_tokens=max_tokens).text.strip()
     text = text.split("\n")[0].strip() or abstain  # small models run on past the answer
-    asked = [*messages, {"role": "assistant", "content": text},
-             {"role": "user", "content": "Give the id of the excerpt that supports your answer."}]  # fmt: skip
+    asked = [
+        *messages,
+        {"role": "assistant", "content": text},
+        {"role": "user", "content": "Give the id of the excerpt that supports your answer."},
+    ]
     try:
         chosen = client.choose(asked, ids, k=min(cite, len(ids)))
     except LLMError:

@@ -284,8 +284,15 @@ def ingest(
 ) -> None:
     """Ingest a conversation file; bad lines are reported with their numbers and every good line is kept."""
     with _memory() as memory:
-        report = memory.ingest_file(path, file_format=file_format, user_id=user_id, agent_id=agent_id,
-                                    run_id=run_id, samples=sample, progress=progress_bar)  # fmt: skip
+        report = memory.ingest_file(
+            path,
+            file_format=file_format,
+            user_id=user_id,
+            agent_id=agent_id,
+            run_id=run_id,
+            samples=sample,
+            progress=progress_bar,
+        )
     _report({"added": report.added, "skipped": report.skipped, "errors": report.errors}, as_json)
 
 
@@ -299,8 +306,12 @@ def _report(summary: dict[str, Any], as_json: bool) -> None:
         console.print(f"added {summary['added']} turns, {summary['skipped']} already stored")
         errors = summary["errors"]
         for where, why in errors[:SHOWN_ERRORS]:
-            err.print(Text("rejected", style="yellow") + Text(f" {visible(where)}: {visible(why)}"), markup=False,
-                      highlight=False, soft_wrap=True)  # fmt: skip
+            err.print(
+                Text("rejected", style="yellow") + Text(f" {visible(where)}: {visible(why)}"),
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
         if len(errors) > SHOWN_ERRORS:
             err.print(f"... and {len(errors) - SHOWN_ERRORS:,} more rejected (--json lists them all)")
         if errors:
@@ -320,8 +331,13 @@ def _catch_up(memory: Memory, *, engine: str | None = None, **namespace: Any) ->
         return
     name = engine or memory.engine.name
     if pending >= CATCH_UP_NOTICE:
-        err.print(Text(f"{name} has not indexed {pending:,} turns of this namespace yet (embedder"
-                       f" {memory.settings.embedder}): indexing them first"), highlight=False)  # fmt: skip
+        err.print(
+            Text(
+                f"{name} has not indexed {pending:,} turns of this namespace yet (embedder"
+                f" {memory.settings.embedder}): indexing them first"
+            ),
+            highlight=False,
+        )
     with progress_bar(f"index {name}", pending) as advance:
         memory.catch_up(engine=engine, progress=advance, **namespace)
 
@@ -342,8 +358,9 @@ def search(
     """Search a namespace's memory."""
     with _memory() as memory:
         _catch_up(memory, user_id=user_id, agent_id=agent_id, run_id=run_id, engine=engine)
-        result = memory.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget,
-                               engine=engine, now=now)  # fmt: skip
+        result = memory.search(
+            query, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget, engine=engine, now=now
+        )
     if as_json:
         print_json(result.as_dict())
     else:
@@ -367,13 +384,19 @@ def ask(
     """Answer a question from memory with the model, citing the turns it used."""
     with _memory() as memory:
         _catch_up(memory, user_id=user_id, agent_id=agent_id, run_id=run_id)
-        result = memory.answer(question, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget,
-                               now=now)  # fmt: skip
+        result = memory.answer(
+            question, user_id=user_id, agent_id=agent_id, run_id=run_id, k=k, budget_tokens=budget, now=now
+        )
         stats = memory.llm.stats()
     if as_json:
         retrieval = result.retrieval.as_dict() if result.retrieval else None
-        data = {"answer": result.text, "cited_turn_ids": result.cited_turn_ids, "notes": result.notes, "llm": stats,
-                "retrieval": retrieval}  # fmt: skip
+        data = {
+            "answer": result.text,
+            "cited_turn_ids": result.cited_turn_ids,
+            "notes": result.notes,
+            "llm": stats,
+            "retrieval": retrieval,
+        }
         print_json(data)
         return
     say(result.text, style="bold")
@@ -762,9 +785,11 @@ def migrate(
         return
     for n in report.namespaces:
         say(f"{n.namespace}: {n.turns} turns, {n.copied} copied, {n.skipped} already there, sha256 {n.checksum[:16]}")
-    say(f"migrated {len(report.namespaces)} namespaces, {report.turns} turns ({report.copied} copied, {report.skipped}"
+    say(
+        f"migrated {len(report.namespaces)} namespaces, {report.turns} turns ({report.copied} copied, {report.skipped}"
         f" already there) from {report.source} to {report.target} in {report.seconds:.1f} s: counts and log"
-        " checksums verified")  # fmt: skip
+        " checksums verified"
+    )
 
 
 @app.command()
@@ -815,7 +840,7 @@ DATASET_FILES = {  # each benchmark's default file, under the datasets setting
 def bench(
     dataset: Annotated[str, typer.Argument(help="locomo or longmemeval.")],
     data: Annotated[
-        Path | None, typer.Option(help="Dataset file (default: under the datasets setting, ../shared/datasets).")
+        Path | None, typer.Option(help="Dataset file (default: under the datasets setting, datasets/).")
     ] = None,
     out: Annotated[Path, typer.Option(help="Output directory (results.json, report.md, plots).")] = Path("bench-out"),
     engines: Annotated[str, typer.Option(help="Comma-separated engines.")] = "bm25,dense,hybrid",
@@ -905,15 +930,35 @@ def bench(
     if template:
         overrides["turn_template"] = template
     names = [e.strip() for e in re.split(r",(?![^\[]*\])", engines) if e.strip()]  # "episodic[a=1,b=2]" is one
-    config = BenchConfig(dataset, data, out, names, limit, budget,
-                         answer, answer_budget, _judge_settings(judge), overrides, embed_cache,
-                         state.config or default_config_file(), max_questions, max_turns, split,
-                         tuple(t.strip() for t in (types or "").split(",") if t.strip()),
-                         state.db if state.db and is_dsn(state.db) else None)  # fmt: skip
+    config = BenchConfig(
+        dataset,
+        data,
+        out,
+        names,
+        limit,
+        budget,
+        answer,
+        answer_budget,
+        _judge_settings(judge),
+        overrides,
+        embed_cache,
+        state.config or default_config_file(),
+        max_questions,
+        max_turns,
+        split,
+        tuple(t.strip() for t in (types or "").split(",") if t.strip()),
+        state.db if state.db and is_dsn(state.db) else None,
+    )
     bars: dict[str, Any] = {}
     log = ProgressLog()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, disable=not err.is_terminal) as progress:  # fmt: skip
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not err.is_terminal,
+    ) as progress:
 
         def advance(engine: str, done: int, total: int) -> None:
             if not err.is_terminal:  # a log file: a plain line now and then instead of a bar
@@ -929,8 +974,11 @@ def bench(
         table.add_column(col, justify="left" if col == "engine" else "right")
     for name, e in results["engines"].items():
         r = e["retrieval"]
-        table.add_row(Text(visible(name)), *(f"{r[c]:.3f}" for c in ("recall@1", "recall@5", "recall@10", "recall@50",
-                                                       "recall@budget", "ndcg@10")), str(r["questions"]))  # fmt: skip
+        table.add_row(
+            Text(visible(name)),
+            *(f"{r[c]:.3f}" for c in ("recall@1", "recall@5", "recall@10", "recall@50", "recall@budget", "ndcg@10")),
+            str(r["questions"]),
+        )
     console.print(table)
     say(f"wrote {out / 'results.json'}, {out / 'report.md'} and plots")
 
@@ -954,8 +1002,10 @@ def _generate_came(size: str, seed: str, path: Path) -> Path:
         raise CuememError(str(exc)) from None
     samples = came.write(path, sizes, seeds)
     turns = sum(len(t) for s in samples for k, t in s["conversation"].items() if re.fullmatch(r"session_\d+", k))
-    say(f"wrote {path}: {len(samples)} conversations ({', '.join(sizes)} × seeds {seed}), {turns} turns,"
-        f" {sum(len(s['qa']) for s in samples)} questions")  # fmt: skip
+    say(
+        f"wrote {path}: {len(samples)} conversations ({', '.join(sizes)} × seeds {seed}), {turns} turns,"
+        f" {sum(len(s['qa']) for s in samples)} questions"
+    )
     return path
 
 
@@ -1076,8 +1126,11 @@ def keys_create(
     if as_json:
         print_json({**key.as_dict(), "key": token})
         return
-    bound = "admin (key management)" if key.admin else f"user {key.user_id}" + (
-        f", agent {key.agent_id}" if key.agent_id else "")  # fmt: skip
+    bound = (
+        "admin (key management)"
+        if key.admin
+        else f"user {key.user_id}" + (f", agent {key.agent_id}" if key.agent_id else "")
+    )
     say(f"created key {key.id} for {visible(bound)}; keep the token, it is not shown again:", to=err, style="dim")
     print(token)
 
@@ -1092,15 +1145,20 @@ def keys_list(keys_file: KeysFileOpt = None, as_json: JsonOpt = False) -> None:
         return
     table = Table("id", "user", "agent", "admin", "label", "created")
     for k in live:
-        table.add_row(*(visible(k[c] or "") for c in ("id", "user_id", "agent_id")), "yes" if k["admin"] else "",
-                      visible(k["label"]), k["created"])  # fmt: skip
+        table.add_row(
+            *(visible(k[c] or "") for c in ("id", "user_id", "agent_id")),
+            "yes" if k["admin"] else "",
+            visible(k["label"]),
+            k["created"],
+        )
     console.print(table)
 
 
 @keys_app.command("revoke")
 @handles_errors
-def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (cuemem keys list).")],
-                keys_file: KeysFileOpt = None) -> None:  # fmt: skip
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id (cuemem keys list).")], keys_file: KeysFileOpt = None
+) -> None:
     """Revoke a key at once."""
     if not _keyring(keys_file).revoke(key_id):
         raise CuememError(f"no live key {key_id!r}")
@@ -1130,13 +1188,18 @@ def serve(
 
     ring = _keyring(keys_file)
     if not ring.live():
-        say(f"no API keys yet in {visible(ring.path)}: create one with `cuemem keys create --user-id U`", to=err,
-            style="yellow")  # fmt: skip
+        say(
+            f"no API keys yet in {visible(ring.path)}: create one with `cuemem keys create --user-id U`",
+            to=err,
+            style="yellow",
+        )
     limits = Limits(max_body_bytes=max_body_bytes, max_turns=max_turns, rate=rate, burst=burst)
     memory = _memory()
     application = create_app(memory, ring, limits, files_root=files, mcp=mcp, host=host, agent_policy=agent_policy)
-    say(f"cuemem serving {visible(display_target(memory.settings.db))} (engine {memory.engine.name}) on http://{host}:{port}/",
-        to=err)  # fmt: skip
+    say(
+        f"cuemem serving {visible(display_target(memory.settings.db))} (engine {memory.engine.name}) on http://{host}:{port}/",
+        to=err,
+    )
     try:
         uvicorn.run(application, host=host, port=port, log_level=log_level)
     finally:
@@ -1164,8 +1227,17 @@ def chat(
     from .agent import Agent
 
     with _memory() as memory:
-        agent = Agent(memory, user_id=user_id, agent_id=agent_id, run_id=run_id, memory_enabled=use_memory,
-                      tool_budget=tool_budget, files_root=files, session_id=session, policy=policy)  # fmt: skip
+        agent = Agent(
+            memory,
+            user_id=user_id,
+            agent_id=agent_id,
+            run_id=run_id,
+            memory_enabled=use_memory,
+            tool_budget=tool_budget,
+            files_root=files,
+            session_id=session,
+            policy=policy,
+        )
         interactive = sys.stdin.isatty()
         while True:
             if interactive:
@@ -1184,9 +1256,12 @@ def chat(
                 say(f"  ! {visible(note)}", to=err, style="yellow")
             tools = ", ".join(f"{s.tool}{'' if s.ok else ' (failed)'}" for s in turn.steps) or "none"
             cites = f" · cites {', '.join(turn.cited_turn_ids)}" if turn.cited_turn_ids else ""
-            say(f"  tools: {visible(tools)}{visible(cites)} · memory hit: {'yes' if turn.memory_hit else 'no'} ·"
-                f" {turn.latency_s:.1f} s · {turn.prompt_tokens}+{turn.completion_tokens} tokens", to=err,
-                style="dim")  # fmt: skip
+            say(
+                f"  tools: {visible(tools)}{visible(cites)} · memory hit: {'yes' if turn.memory_hit else 'no'} ·"
+                f" {turn.latency_s:.1f} s · {turn.prompt_tokens}+{turn.completion_tokens} tokens",
+                to=err,
+                style="dim",
+            )
 
 
 @app.command("mcp")

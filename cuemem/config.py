@@ -118,7 +118,7 @@ class Settings:
     llm_choice_mode: str = "enum"  # "enum" (JSON-schema enum) or "guided" (vLLM guided_choice)
     llm_cache: str = ""  # the call cache's SQLite file; "" = user cache dir, "off" = no cache
     answer_budget: int = 1024  # tokens of retrieved context the reader sees
-    datasets: Path = Path("../shared/datasets")  # benchmark data (`cuemem bench`); relative to the working directory
+    datasets: Path = Path("datasets")  # benchmark data (`cuemem bench`); relative to the working directory
 
     def __post_init__(self) -> None:
         for name in ("embed_batch_size", "max_turn_bytes", "rrf_k", "k", "llm_concurrency", "answer_budget"):

@@ -2,7 +2,7 @@
 
 The raw turn log is committed first (that is the acknowledgement); engines then catch up from a per-engine
 watermark, so a crash between the two only delays indexing, and every derived index can be rebuilt from the
-log (DESIGN.md promise 1).
+log (docs/design.md promise 1).
 """
 
 from __future__ import annotations
@@ -157,8 +157,11 @@ class Memory:
         if self.store.watermark(ns, key) >= self.store.last_seq(ns):
             return 0  # caught up: a read, no lock taken
         if self.store.read_only:
-            log.warning("%s has not indexed every turn of (%s) and the store is open read-only: results cover"
-                        " what is indexed", engine.name, namespace)  # fmt: skip
+            log.warning(
+                "%s has not indexed every turn of (%s) and the store is open read-only: results cover what is indexed",
+                engine.name,
+                namespace,
+            )
             return 0
         self.store.declare(_spec(engine))
         ctx = self._context(ns, namespace, progress)
@@ -398,8 +401,15 @@ class Memory:
         )
         return self.read(question, retrieval, budget_tokens=budget, now=now, abstain=abstain)
 
-    def read(self, question: str, retrieval: Retrieval, *, budget_tokens: int | None = None, now: str | None = None,
-             abstain: str | None = None) -> Answer:  # fmt: skip
+    def read(
+        self,
+        question: str,
+        retrieval: Retrieval,
+        *,
+        budget_tokens: int | None = None,
+        now: str | None = None,
+        abstain: str | None = None,
+    ) -> Answer:
         """Answer from a retrieval already made (its hits packed into `budget_tokens`): through the engine's own
         answering step where it has one (`episodic`'s master), else the reader. Model calls count as "query"."""
         ns = self.store.namespace_id(retrieval.namespace)
@@ -411,8 +421,9 @@ class Memory:
             if callable(own):
                 ctx = self._context(ns, retrieval.namespace)
                 ctx.now = now
-                return own(ctx, client, question, retrieval, reader=read, budget_tokens=budget_tokens, now=now,
-                           abstain=abstain)  # fmt: skip
+                return own(
+                    ctx, client, question, retrieval, reader=read, budget_tokens=budget_tokens, now=now, abstain=abstain
+                )
             packed = replace(retrieval, hits=pack(retrieval.hits, budget_tokens), budget_tokens=budget_tokens)
             return read(client, question, packed, now=now, abstain=abstain)
 
@@ -605,8 +616,10 @@ class Memory:
         all, newest first; `types` picks record types (preference, profile, episodic, summary, tool_result)."""
         chosen, ctx = self._records_engine(engine, Namespace(user_id, agent_id, run_id))
         ctx.now = now
-        return [{**record.to_json(), "score": round(score, 4)}
-                for record, score in chosen.records(ctx, query, types=types, k=k)]  # fmt: skip
+        return [
+            {**record.to_json(), "score": round(score, 4)}
+            for record, score in chosen.records(ctx, query, types=types, k=k)
+        ]
 
     # ------------------------------------------------------------------ export / import
     def export(
@@ -750,8 +763,9 @@ class Memory:
             with bar(f"ingest {sid}", len(turns)) as advance:
                 for start in range(0, len(turns), INGEST_BATCH):
                     chunk = turns[start : start + INGEST_BATCH]
-                    result = self.add([t for _, t in chunk], user_id=user, agent_id=agent_id, run_id=run,
-                                      on_error="skip")  # fmt: skip
+                    result = self.add(
+                        [t for _, t in chunk], user_id=user, agent_id=agent_id, run_id=run, on_error="skip"
+                    )
                     report.added += len(result.added)
                     report.skipped += len(result.skipped)
                     report.errors += [(sid, f"{chunk[i][0]} ({chunk[i][1].id}): {why}") for i, why in result.rejected]

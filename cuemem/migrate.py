@@ -72,8 +72,13 @@ class NamespaceMigration:
     checksum: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.namespace.as_dict(), "turns": self.turns, "copied": self.copied, "skipped": self.skipped,
-                "sha256": self.checksum}  # fmt: skip
+        return {
+            **self.namespace.as_dict(),
+            "turns": self.turns,
+            "copied": self.copied,
+            "skipped": self.skipped,
+            "sha256": self.checksum,
+        }
 
 
 @dataclass
@@ -98,9 +103,16 @@ class MigrationReport:
         return sum(n.skipped for n in self.namespaces)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "target": self.target, "turns": self.turns, "copied": self.copied,
-                "skipped": self.skipped, "verified": True, "seconds": round(self.seconds, 3),
-                "namespaces": [n.as_dict() for n in self.namespaces]}  # fmt: skip
+        return {
+            "source": self.source,
+            "target": self.target,
+            "turns": self.turns,
+            "copied": self.copied,
+            "skipped": self.skipped,
+            "verified": True,
+            "seconds": round(self.seconds, 3),
+            "namespaces": [n.as_dict() for n in self.namespaces],
+        }
 
 
 def canonical_line(data: Mapping[str, Any]) -> str:
@@ -184,8 +196,9 @@ def log_checksums(
 def _log_only_memory(target: str | Path, *, read_only: bool) -> Memory:
     """A Memory that reads and writes the log only: the log-only engine, the model-free embedder, no model-call
     cache, and no limit on a turn's size (the log is copied as the source holds it); no config file is read."""
-    settings = Settings(db=as_target(target), engine=LOG_ONLY, embedder="hashing", llm_cache="off",
-                        max_turn_bytes=1 << 62)  # fmt: skip
+    settings = Settings(
+        db=as_target(target), engine=LOG_ONLY, embedder="hashing", llm_cache="off", max_turn_bytes=1 << 62
+    )
     return Memory(settings=settings, engine=_LogOnly(), read_only=read_only)
 
 
@@ -312,9 +325,7 @@ def _progress(
     return progress(label, total)
 
 
-def migrate(
-    source: str | Path, target: str | Path, *, progress: ProgressFactory | None = None
-) -> MigrationReport:
+def migrate(source: str | Path, target: str | Path, *, progress: ProgressFactory | None = None) -> MigrationReport:
     """Copy every namespace's raw turn log from `source` to `target` (each a SQLite path or a postgresql:// DSN)
     through the export format: the source's `Memory.export` lines, taken one at a time, go in batches of
     INGEST_BATCH into the target's `Memory.import_`, so the log is streamed, never held whole. `progress` is a
@@ -377,4 +388,3 @@ def _verify(copier: _Copier, target: Memory, report: MigrationReport, advance: C
         result.turns = sent.count
         result.checksum = sent.sha.hexdigest()
         report.namespaces.append(result)
-

@@ -1,4 +1,4 @@
-"""Core value types: Turn, Namespace, Hit, Retrieval, Answer (DESIGN.md, "Data flow")."""
+"""Core value types: Turn, Namespace, Hit, Retrieval, Answer (docs/design.md, "Data flow")."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ _REFUSED_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
 
 @dataclass(frozen=True, order=True)
 class Namespace:
-    """A hard partition of memory: one user, optionally one agent and one run (DESIGN.md promise 2).
+    """A hard partition of memory: one user, optionally one agent and one run (docs/design.md promise 2).
 
     Ids are normalised here, once, for the API, the CLI and import alike: Unicode NFC (a composed and a decomposed
     "café" are one id) with surrounding whitespace stripped; an id holding a control or invisible character (bidi

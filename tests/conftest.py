@@ -43,9 +43,18 @@ ENGINES = sorted(available_engines())
 # `@pytest.mark.postgres_only("why")`.
 STORES = ["sqlite", "postgres"]
 BOTH_STORES = {
-    "test_isolation", "test_crash", "test_forgetting", "test_concurrency", "test_hostile", "test_memory",
-    "test_stitch", "test_scg", "test_episodic", "test_profile", "test_store_contract",
-}  # fmt: skip
+    "test_isolation",
+    "test_crash",
+    "test_forgetting",
+    "test_concurrency",
+    "test_hostile",
+    "test_memory",
+    "test_stitch",
+    "test_scg",
+    "test_episodic",
+    "test_profile",
+    "test_store_contract",
+}
 _ACTIVE = {"kind": "sqlite"}
 
 
@@ -382,8 +391,15 @@ class Forker:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests_dir.parent), str(tests_dir)])}
         self.workdir = workdir
         self.log = open(workdir / "zygote.log", "w")  # noqa: SIM115  (closed in close())
-        self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, text=True, env=env, cwd=tests_dir.parent)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", ZYGOTE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=env,
+            cwd=tests_dir.parent,
+        )
         self.replies: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.count = 0

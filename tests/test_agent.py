@@ -1,4 +1,4 @@
-"""The memory agent (issue 17 part 3, DESIGN.md design 3): constrained tool choice, the tool budget, the safe
+"""The memory agent (issue 17 part 3, docs/design.md design 3): constrained tool choice, the tool budget, the safe
 calculator, clock arithmetic, file search confined to its folder, graceful degradation (memory down, model down),
 metrics, what is stored, and one conversation with the shipped SmolLM2 model."""
 
@@ -60,8 +60,9 @@ class BrokenMemory:
 
 @pytest.fixture
 def memory(tmp_path: Path) -> Any:
-    with Memory(tmp_path / "m.db", engine="hybrid", embedder=HashingEmbedder(), llm=fake_llm(),
-                llm_cache="off") as opened:  # fmt: skip
+    with Memory(
+        tmp_path / "m.db", engine="hybrid", embedder=HashingEmbedder(), llm=fake_llm(), llm_cache="off"
+    ) as opened:
         yield opened
 
 
@@ -111,15 +112,20 @@ class Scripted(FakeBackend):
 
 @pytest.mark.parametrize(
     ("message", "memory_enabled", "first"),
-    [("What drink do I like?", True, ["search_memory", ANSWER]),
-     ("Why is the sky blue?", True, ["search_memory", ANSWER]),
-     ("Thanks, that's all.", True, ["store_memory", ANSWER]), ("I love chai.", True, ["store_memory", ANSWER]),
-     ("What is 6 * 7?", True, ["calculator", ANSWER]), ("What is 6 * 7?", False, ["calculator", ANSWER]),
-     ("Can you recommend a drink for me?", True, ["search_memory", "recall_profile", ANSWER]),
-     ("Hello!", False, [ANSWER])],
-)  # fmt: skip
-def test_guided_first_step_offers_a_shortlist_of_two_or_more(memory: Memory, message: str, memory_enabled: bool,
-                                                             first: list[str]):  # fmt: skip
+    [
+        ("What drink do I like?", True, ["search_memory", ANSWER]),
+        ("Why is the sky blue?", True, ["search_memory", ANSWER]),
+        ("Thanks, that's all.", True, ["store_memory", ANSWER]),
+        ("I love chai.", True, ["store_memory", ANSWER]),
+        ("What is 6 * 7?", True, ["calculator", ANSWER]),
+        ("What is 6 * 7?", False, ["calculator", ANSWER]),
+        ("Can you recommend a drink for me?", True, ["search_memory", "recall_profile", ANSWER]),
+        ("Hello!", False, [ANSWER]),
+    ],
+)
+def test_guided_first_step_offers_a_shortlist_of_two_or_more(
+    memory: Memory, message: str, memory_enabled: bool, first: list[str]
+):
     backend = Recording()
     turn = agent_on(memory, backend, memory_enabled=memory_enabled).turn(message, now=NOW)
     if len(first) >= 2:
@@ -140,8 +146,11 @@ def test_the_model_choice_is_calibrated_against_a_content_free_message(memory: M
     assert second.decisions[0]["chosen"] == "search_memory"
     assert backend.calls == calls + 1  # the option list's baseline is computed once per agent
     backend.scores = {"search_memory": -9.0, ANSWER: -1.0}  # the message really points at "answer"
-    assert agent.turn("What's up?", now=NOW).decisions[0] == {"options": ["search_memory", ANSWER],
-                                                               "chosen": ANSWER, "by": "model"}  # fmt: skip
+    assert agent.turn("What's up?", now=NOW).decisions[0] == {
+        "options": ["search_memory", ANSWER],
+        "chosen": ANSWER,
+        "by": "model",
+    }
 
 
 def test_the_choice_prompt_describes_and_exemplifies_only_the_offered_tools():
@@ -178,18 +187,42 @@ def test_bad_input_raises_value_error(memory: Memory):
 # --------------------------------------------------------------------------- the calculator
 @pytest.mark.parametrize(
     ("expression", "value"),
-    [("17 * 23", "391"), ("(2+3)*4 - 1", "19"), ("2 ** 10", "1024"), ("7 / 2", "3.5"), ("17 % 5", "2"),
-     ("-3 + 5", "2"), ("2^8", "256"), ("0.1 + 0.2", "0.3"), ("007 + 1", "8")],
-)  # fmt: skip
+    [
+        ("17 * 23", "391"),
+        ("(2+3)*4 - 1", "19"),
+        ("2 ** 10", "1024"),
+        ("7 / 2", "3.5"),
+        ("17 % 5", "2"),
+        ("-3 + 5", "2"),
+        ("2^8", "256"),
+        ("0.1 + 0.2", "0.3"),
+        ("007 + 1", "8"),
+    ],
+)
 def test_calculator_computes_arithmetic(expression: str, value: str):
     assert calculate(expression) == value
 
 
 @pytest.mark.parametrize(
     "expression",
-    ["__import__('os').system('true')", "open('/etc/passwd')", "().__class__", "a + 1", "[1, 2]", "2 ** 10000",
-     "9 ** 9 ** 9", "10 ** 400", "1 / 0", "True + 1", "lambda: 1", "(-8) ** 0.5", "1" * 40, "1+" * 150 + "1", ""],
-)  # fmt: skip
+    [
+        "__import__('os').system('true')",
+        "open('/etc/passwd')",
+        "().__class__",
+        "a + 1",
+        "[1, 2]",
+        "2 ** 10000",
+        "9 ** 9 ** 9",
+        "10 ** 400",
+        "1 / 0",
+        "True + 1",
+        "lambda: 1",
+        "(-8) ** 0.5",
+        "1" * 40,
+        "1+" * 150 + "1",
+        "",
+    ],
+)
 def test_calculator_refuses_anything_but_bounded_arithmetic(expression: str):
     with pytest.raises(ToolError):
         calculate(expression)
@@ -207,10 +240,15 @@ def test_expressions_are_extracted_from_messages_and_dates_are_not_arithmetic():
 # --------------------------------------------------------------------------- the clock
 @pytest.mark.parametrize(
     ("message", "value"),
-    [("How many days until 2026-12-25?", "298 days"), ("What day of the week is 4 July 2026?", "Saturday"),
-     ("What is the date in 3 days?", "5 March 2026"), ("What was the date 10 days ago?", "20 February 2026"),
-     ("How many days between 1 March 2026 and 1 April 2026?", "31 days"), ("What time is it?", "10:00")],
-)  # fmt: skip
+    [
+        ("How many days until 2026-12-25?", "298 days"),
+        ("What day of the week is 4 July 2026?", "Saturday"),
+        ("What is the date in 3 days?", "5 March 2026"),
+        ("What was the date 10 days ago?", "20 February 2026"),
+        ("How many days between 1 March 2026 and 1 April 2026?", "31 days"),
+        ("What time is it?", "10:00"),
+    ],
+)
 def test_clock_does_date_arithmetic(message: str, value: str):
     result = clock(message, NOW)
     assert result.value == value
@@ -304,8 +342,13 @@ def test_a_reply_cites_the_memory_turns_it_uses(memory: Memory):
         def chat(self, messages: Messages, *, max_tokens: int, temperature: float) -> ChatResult:
             return ChatResult("You like chai.", Usage(10, 3))
 
-    memory.add([{"id": "c1", "speaker": "user", "text": "My favourite drink is chai."},
-                {"id": "c2", "speaker": "user", "text": "I live in Porto."}], user_id="u")  # fmt: skip
+    memory.add(
+        [
+            {"id": "c1", "speaker": "user", "text": "My favourite drink is chai."},
+            {"id": "c2", "speaker": "user", "text": "I live in Porto."},
+        ],
+        user_id="u",
+    )
     turn = agent_on(memory, Echo(prefer_tools=True)).turn("What drink do I like?", now=NOW)
     assert turn.reply == "You like chai." and turn.cited_turn_ids == ["c1"]
 
@@ -364,12 +407,16 @@ def test_metrics_are_counted_logged_and_json_safe(memory: Memory, caplog: pytest
     metrics, seen = AgentMetrics(), []
     agent = agent_on(memory, metrics=metrics, on_turn=seen.append)
     with caplog.at_level(logging.INFO, logger="cuemem.agent"):
-        turns = [agent.turn(m, now=NOW) for m in ["My favourite drink is chai.", "What drink do I like?",
-                                                   "What is 1 / 0?"]]  # fmt: skip
+        turns = [
+            agent.turn(m, now=NOW) for m in ["My favourite drink is chai.", "What drink do I like?", "What is 1 / 0?"]
+        ]
     snapshot = metrics.snapshot()
     assert snapshot["turns"] == 3 and seen == turns
-    assert snapshot["tool_calls"] == {"calculator": {"ok": 0, "failed": 1}, "search_memory": {"ok": 1, "failed": 0},
-                                      "store_memory": {"ok": 1, "failed": 0}}  # fmt: skip
+    assert snapshot["tool_calls"] == {
+        "calculator": {"ok": 0, "failed": 1},
+        "search_memory": {"ok": 1, "failed": 0},
+        "store_memory": {"ok": 1, "failed": 0},
+    }
     assert snapshot["memory_hits"] == 1 and snapshot["degraded_turns"] == 1
     assert snapshot["prompt_tokens_total"] == sum(t.prompt_tokens for t in turns) > 0
     assert snapshot["latency_seconds_total"] > 0 and all(t.latency_s > 0 for t in turns)
@@ -399,8 +446,9 @@ def test_a_conversation_with_the_shipped_model(tmp_path: Path):
             agent.turn("My favourite drink is chai.", now=NOW),
             agent.turn("Can you recommend a drink for me? And what is 17 * 23?", now=NOW),  # the model picks
         ]
-        model_agent = Agent(memory, user_id="u", llm=llm, metrics=metrics, policy="model", tool_budget=2,
-                            reply_tokens=16)  # fmt: skip
+        model_agent = Agent(
+            memory, user_id="u", llm=llm, metrics=metrics, policy="model", tool_budget=2, reply_tokens=16
+        )
         turns.append(model_agent.turn("What drink do I like?", now=NOW))
     assert all(t.reply and not t.degraded for t in turns)
     chosen = [d for t in turns for d in t.decisions if d["by"] == "model"]

@@ -17,12 +17,21 @@ def locomo_fixture(path: Path) -> Path:
     def conv(sid: str, words: list[str]) -> dict:
         turns = [{"speaker": "A", "dia_id": f"D1:{i + 1}", "text": w} for i, w in enumerate(words)]
         turns[1]["blip_caption"] = "a photo of a red kayak"
-        return {"sample_id": sid, "conversation": {"session_1_date_time": "1 May 2023", "session_1": turns},
-                "qa": [{"question": "Who owns the kayak?", "answer": "Ana", "evidence": ["D1:2"], "category": 4},
-                       {"question": "Which hotel on day 2?", "answer": "Casa Azul", "evidence": ["D1:3; D1:04"],
-                        "category": 1},
-                       {"question": "Unanswerable?", "adversarial_answer": "x", "evidence": ["D9:9"], "category": 5},
-                       {"question": "How many?", "answer": 3, "evidence": [], "category": 2}]}  # fmt: skip
+        return {
+            "sample_id": sid,
+            "conversation": {"session_1_date_time": "1 May 2023", "session_1": turns},
+            "qa": [
+                {"question": "Who owns the kayak?", "answer": "Ana", "evidence": ["D1:2"], "category": 4},
+                {
+                    "question": "Which hotel on day 2?",
+                    "answer": "Casa Azul",
+                    "evidence": ["D1:3; D1:04"],
+                    "category": 1,
+                },
+                {"question": "Unanswerable?", "adversarial_answer": "x", "evidence": ["D9:9"], "category": 5},
+                {"question": "How many?", "answer": 3, "evidence": [], "category": 2},
+            ],
+        }
 
     words = ["I like tea", "Look at my new boat", "Day 2 hotel is Casa Azul", "It costs 110 euros", "Bye"]
     path.write_text(json.dumps([conv("c1", words), conv("c2", list(reversed(words)))]))
@@ -42,13 +51,20 @@ def test_locomo_loader_parses_evidence_conventions(tmp_path):
 
 
 def test_longmemeval_loader_streams_gzip_with_turn_and_session_evidence(tmp_path):
-    item = {"question_id": "q1_abs", "question_type": "knowledge-update", "question": "Where?", "answer": 7,
-            "question_date": "2023/05/30 (Tue) 21:56", "haystack_session_ids": ["s1", "s2"],
-            "haystack_dates": ["2023/05/01", "2023/05/02"],
-            "haystack_sessions": [[{"role": "user", "content": "hi"}],
-                                  [{"role": "user", "content": "in Lisbon", "has_answer": True},
-                                   {"role": "assistant", "content": "noted"}]],
-            "answer_session_ids": ["s2"]}  # fmt: skip
+    item = {
+        "question_id": "q1_abs",
+        "question_type": "knowledge-update",
+        "question": "Where?",
+        "answer": 7,
+        "question_date": "2023/05/30 (Tue) 21:56",
+        "haystack_session_ids": ["s1", "s2"],
+        "haystack_dates": ["2023/05/01", "2023/05/02"],
+        "haystack_sessions": [
+            [{"role": "user", "content": "hi"}],
+            [{"role": "user", "content": "in Lisbon", "has_answer": True}, {"role": "assistant", "content": "noted"}],
+        ],
+        "answer_session_ids": ["s2"],
+    }
     path = tmp_path / "lme.json.gz"
     with gzip.open(path, "wt") as fh:
         json.dump([item, {**item, "question_id": "q2"}], fh)
@@ -107,8 +123,9 @@ def test_answer_metrics_with_the_local_model(tmp_path):
     data = locomo_fixture(tmp_path / "l.json")
     settings = {"embedder": "hashing", "llm_model": "smollm2-135m", "llm_cache": str(tmp_path / "calls.db")}
     judge = {"llm": "local", "llm_model": "smollm2-135m", "llm_cache": str(tmp_path / "judge.db")}  # it judges too
-    config = BenchConfig("locomo", data, tmp_path / "out", ["bm25"], limit=1, answer=True, judge=judge,
-                         settings=settings)  # fmt: skip
+    config = BenchConfig(
+        "locomo", data, tmp_path / "out", ["bm25"], limit=1, answer=True, judge=judge, settings=settings
+    )
     answer = run(config)["engines"]["bm25"]["answer"]
     assert answer["questions"] == 3  # non-adversarial questions of one conversation
     assert answer["judged"] == 3 and 0.0 <= answer["judge_accuracy"] <= 1.0  # a CORRECT/WRONG label each
@@ -156,13 +173,24 @@ def test_report_counts_model_calls_made_not_cache_hits_and_keeps_abstention_out_
     from cuemem.bench.report import summarize
 
     def q(qid: str, recall: float) -> dict:
-        figures = {key: recall for key in ("recall@1", "recall@5", "recall@10", "recall@20", "recall@50",
-                                            "recall@budget", "ndcg@10")}  # fmt: skip
-        return {"id": qid, "category": "temporal-reasoning", "adversarial": qid.endswith("_abs"),
-                "evidence": ["s1:1"], "latency_ms": 1.0, "context_tokens": 10, **figures}  # fmt: skip
+        figures = {
+            key: recall
+            for key in ("recall@1", "recall@5", "recall@10", "recall@20", "recall@50", "recall@budget", "ndcg@10")
+        }
+        return {
+            "id": qid,
+            "category": "temporal-reasoning",
+            "adversarial": qid.endswith("_abs"),
+            "evidence": ["s1:1"],
+            "latency_ms": 1.0,
+            "context_tokens": 10,
+            **figures,
+        }
 
-    llm = {"ingest": {"calls": 8, "cached": 6, "prompt_tokens": 100, "completion_tokens": 4},
-           "query": {"calls": 3, "cached": 1, "prompt_tokens": 50, "completion_tokens": 2}}  # fmt: skip
+    llm = {
+        "ingest": {"calls": 8, "cached": 6, "prompt_tokens": 100, "completion_tokens": 4},
+        "query": {"calls": 3, "cached": 1, "prompt_tokens": 50, "completion_tokens": 2},
+    }
     conv = {"turns": 4, "ingest_seconds": 2.0, "llm": llm, "questions": [q("q1", 1.0), q("q1_abs", 0.0)]}
     engine = summarize(BenchConfig("longmemeval", tmp_path, tmp_path, ["x"]), {"x": [conv]})["engines"]["x"]
     cost = engine["cost"]
@@ -303,9 +331,11 @@ def test_max_turns_keeps_a_prefix_and_the_questions_it_answers(tmp_path):
     from cuemem.types import Turn
 
     turns = [Turn(id=f"D1:{i}", text=f"turn {i}", session_id="D1") for i in range(1, 6)]
-    asked = [Question(id="q1", text="a", answer="x", category="1", evidence=["D1:1", "D1:2"], adversarial=False),
-             Question(id="q2", text="b", answer="y", category="2", evidence=["D1:2", "D1:5"], adversarial=False),
-             Question(id="q3", text="c", answer="z", category="5", evidence=[], adversarial=True)]  # fmt: skip
+    asked = [
+        Question(id="q1", text="a", answer="x", category="1", evidence=["D1:1", "D1:2"], adversarial=False),
+        Question(id="q2", text="b", answer="y", category="2", evidence=["D1:2", "D1:5"], adversarial=False),
+        Question(id="q3", text="c", answer="z", category="5", evidence=[], adversarial=True),
+    ]
     cut = prefix(Conversation("c", turns, asked), 3)
     assert [t.id for t in cut.turns] == ["D1:1", "D1:2", "D1:3"] and [q.id for q in cut.questions] == ["q1"]
 
@@ -357,8 +387,7 @@ def test_the_benchmark_runs_every_engine_in_one_postgresql_database(tmp_path):
         engines = ["bm25", "hybrid"]
         on_files = run(BenchConfig("locomo", data, tmp_path / "files", engines, settings={"embedder": "hashing"}))
         dsn = PG.dsn("bench_one_store")
-        shared = run(BenchConfig("locomo", data, tmp_path / "pg", engines, settings={"embedder": "hashing"},
-                                 store=dsn))  # fmt: skip
+        shared = run(BenchConfig("locomo", data, tmp_path / "pg", engines, settings={"embedder": "hashing"}, store=dsn))
         for name in engines:
             assert shared["engines"][name]["retrieval"] == on_files["engines"][name]["retrieval"]
         assert not (tmp_path / "pg" / "stores").exists()

@@ -34,13 +34,35 @@ def test_ndcg_binary_gains_over_cited_turns():
 
 @pytest.mark.parametrize(
     ("word", "expected"),
-    [("caresses", "caress"), ("ponies", "poni"), ("cats", "cat"), ("feed", "feed"), ("agreed", "agre"),
-     ("plastered", "plaster"), ("motoring", "motor"), ("sing", "sing"), ("hopping", "hop"), ("falling", "fall"),
-     ("filing", "file"), ("happy", "happi"), ("relational", "relat"), ("conditional", "condit"),
-     ("rational", "ration"), ("triplicate", "triplic"), ("hopeful", "hope"), ("goodness", "good"),
-     ("allowance", "allow"), ("adjustable", "adjust"), ("adoption", "adopt"), ("effective", "effect"),
-     ("probate", "probat"), ("rate", "rate"), ("controll", "control"), ("roll", "roll")],
-)  # fmt: skip
+    [
+        ("caresses", "caress"),
+        ("ponies", "poni"),
+        ("cats", "cat"),
+        ("feed", "feed"),
+        ("agreed", "agre"),
+        ("plastered", "plaster"),
+        ("motoring", "motor"),
+        ("sing", "sing"),
+        ("hopping", "hop"),
+        ("falling", "fall"),
+        ("filing", "file"),
+        ("happy", "happi"),
+        ("relational", "relat"),
+        ("conditional", "condit"),
+        ("rational", "ration"),
+        ("triplicate", "triplic"),
+        ("hopeful", "hope"),
+        ("goodness", "good"),
+        ("allowance", "allow"),
+        ("adjustable", "adjust"),
+        ("adoption", "adopt"),
+        ("effective", "effect"),
+        ("probate", "probat"),
+        ("rate", "rate"),
+        ("controll", "control"),
+        ("roll", "roll"),
+    ],
+)
 def test_porter_stems_match_porters_paper(word, expected):
     assert stem(word) == expected
 

@@ -66,9 +66,13 @@ def test_ground_truth_is_what_replaying_the_plan_gives(samples):
                     old |= {t for _, ts in history[via][:-1] for t in ts}
                     # the pivot value picks exactly one goal of that kind, among every value ever said
                     kind = next(g["kind"] for g in sample["came"]["goals"] if g["id"] == s["goal"])
-                    holders = {g for (g, a), vals in history.items() if a == via[1] and s["via"]["value"] in
-                               [v for v, _ in vals] and next(x["kind"] for x in sample["came"]["goals"]
-                                                             if x["id"] == g) == kind}  # fmt: skip
+                    holders = {
+                        g
+                        for (g, a), vals in history.items()
+                        if a == via[1]
+                        and s["via"]["value"] in [v for v, _ in vals]
+                        and next(x["kind"] for x in sample["came"]["goals"] if x["id"] == g) == kind
+                    }
                     assert holders == {s["goal"]}
                 assert set(q["superseded"]) == old - want
             assert set(q["evidence"]) == want, q
@@ -103,8 +107,9 @@ def test_no_question_is_answerable_from_a_superseded_value_alone(samples):
 
 
 def test_sizes_scale_about_1_6_17_in_turns():
-    means = {size: statistics.mean(len(locomo_turns(came.conversation(size, s))) for s in range(5))
-             for size in came.SIZES}  # fmt: skip
+    means = {
+        size: statistics.mean(len(locomo_turns(came.conversation(size, s))) for s in range(5)) for size in came.SIZES
+    }
     assert 5.0 <= means["M"] / means["S"] <= 7.0, means
     assert 14.5 <= means["L"] / means["S"] <= 19.5, means
     assert means["S"] >= 60
@@ -164,16 +169,23 @@ def test_the_file_is_locomo_format_for_every_reader(tmp_path):
     assert {q.category for q in conv.questions} == set(came.CATEGORIES)
     assert all(q.evidence for q in conv.questions)
     assert any(q.superseded for q in conv.questions) and any(q.lookalikes for q in conv.questions)
-    assert all(re.fullmatch(r"\d{1,2}:\d\d [ap]m on \d{1,2} \w+, \d{4}", sample["conversation"][k])
-               for k in sample["conversation"] if k.endswith("_date_time"))  # fmt: skip
-    r = CliRunner().invoke(app, ["--db", str(tmp_path / "m.db"), "--embedder", "hashing", "ingest", str(path),
-                                 "-u", "maya"])  # fmt: skip
+    assert all(
+        re.fullmatch(r"\d{1,2}:\d\d [ap]m on \d{1,2} \w+, \d{4}", sample["conversation"][k])
+        for k in sample["conversation"]
+        if k.endswith("_date_time")
+    )
+    r = CliRunner().invoke(
+        app, ["--db", str(tmp_path / "m.db"), "--embedder", "hashing", "ingest", str(path), "-u", "maya"]
+    )
     assert r.exit_code == 0 and f"{len(conv.turns)}" in r.output, r.output
 
 
 def test_wrong_top_and_structured_scores_by_hand():
     assert wrong_top([["D1:1"], ["D1:2", "D1:3"]], ["D1:1", "D1:2"], ["D1:3"], []) == {
-        "wrong_top": "D1:3", "lookalike_top": 0.0, "superseded_top": 1.0}  # fmt: skip
+        "wrong_top": "D1:3",
+        "lookalike_top": 0.0,
+        "superseded_top": 1.0,
+    }
     assert wrong_top([["D1:4"]], ["D1:1"], [], ["D1:4"])["lookalike_top"] == 1.0
     assert wrong_top([["D1:1"]], ["D1:1"], [], [])["wrong_top"] is None
     assert structured_scores("7:30 pm", "7:30 pm") == {"em": 1.0, "contains": 1.0, "f1": 1.0}
@@ -205,8 +217,23 @@ def test_bench_runs_on_generated_conversations_and_reports_by_size_and_type(tmp_
 
 def test_cli_bench_came_generates_and_runs_in_one_step(tmp_path):
     out = tmp_path / "b"
-    r = CliRunner().invoke(app, ["--embedder", "hashing", "bench", "came", "--size", "S", "--seed", "7",
-                                 "--engines", "bm25", "--out", str(out)])  # fmt: skip
+    r = CliRunner().invoke(
+        app,
+        [
+            "--embedder",
+            "hashing",
+            "bench",
+            "came",
+            "--size",
+            "S",
+            "--seed",
+            "7",
+            "--engines",
+            "bm25",
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert (out / "came.json").read_bytes() == came.dumps(came.generate(["S"], [7])).encode()
     assert json.loads((out / "results.json").read_text())["engines"]["bm25"]["by_size"]["S"]["all"]["questions"] > 0

@@ -258,8 +258,10 @@ def test_delete_all_takes_the_users_agent_and_run_namespaces_and_counts_them(tmp
     r = cli(tmp_path, "delete", "--all", "-u", "alice", "--agent-id", "agent1", "--json")
     assert r.exit_code == 0, r.output
     deleted = sorted(json.loads(r.output), key=lambda ns: ns["run_id"] or "")
-    assert deleted == [{"user_id": "alice", "agent_id": "agent1", "run_id": None, "turns": 2},
-                       {"user_id": "alice", "agent_id": "agent1", "run_id": "run1", "turns": 1}]  # fmt: skip
+    assert deleted == [
+        {"user_id": "alice", "agent_id": "agent1", "run_id": None, "turns": 2},
+        {"user_id": "alice", "agent_id": "agent1", "run_id": "run1", "turns": 1},
+    ]
     for i in range(2):
         add(f"g{i}", "-u", "alice", "--agent-id", "agent1")
     r = cli(tmp_path, "delete", "--all", "-u", "alice")
@@ -300,9 +302,11 @@ def test_search_hits_default_to_the_k_setting_and_engines_come_from_the_registry
 
 
 def test_bench_reads_its_default_data_under_the_datasets_setting(tmp_path, monkeypatch):
-    sample = {"sample_id": "c1", "qa": [{"question": "Boat colour?", "answer": "red", "evidence": ["D1:1"],
-              "category": 4}], "conversation": {"session_1": [{"speaker": "A", "dia_id": "D1:1",
-              "text": "My boat is red"}]}}  # fmt: skip
+    sample = {
+        "sample_id": "c1",
+        "qa": [{"question": "Boat colour?", "answer": "red", "evidence": ["D1:1"], "category": 4}],
+        "conversation": {"session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "My boat is red"}]},
+    }
     datasets = tmp_path / "datasets"
     (datasets / "locomo").mkdir(parents=True)
     (datasets / "locomo" / "locomo10.json").write_text(json.dumps([sample]))

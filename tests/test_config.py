@@ -43,7 +43,7 @@ def test_bad_settings_are_reported(tmp_path, monkeypatch):
 def test_the_datasets_directory_is_a_setting(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    assert Settings.load(None).datasets == Path("../shared/datasets")  # beside the checkout, from the working dir
+    assert Settings.load(None).datasets == Path("datasets")  # under the working directory
     monkeypatch.setenv("CUEMEM_DATASETS", "~/data")
     assert Settings.load(None).datasets == Path("~/data").expanduser()
     toml = tmp_path / "cuemem.toml"

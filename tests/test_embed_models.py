@@ -99,9 +99,18 @@ def test_wrappers_keep_the_fusion_weight_measured_for_the_model(tmp_path):
 
 def test_hybrid_follows_the_fusion_weights(make_memory, tmp_path):
     """With BM25's weight at 0 (here: measured for the model, through the benchmark's cache), hybrid ranks as dense."""
-    turns = [{"id": f"t{i}", "text": text, "session_id": "s"} for i, text in enumerate(
-        ["the apollo hotel had a rooftop pool", "we booked the apollo for two nights", "hotel hotel hotel prices",
-         "my sister adopted a puppy", "the pool at the hotel was closed"])]  # fmt: skip
+    turns = [
+        {"id": f"t{i}", "text": text, "session_id": "s"}
+        for i, text in enumerate(
+            [
+                "the apollo hotel had a rooftop pool",
+                "we booked the apollo for two nights",
+                "hotel hotel hotel prices",
+                "my sister adopted a puppy",
+                "the pool at the hotel was closed",
+            ]
+        )
+    ]
     inner = HashingEmbedder(dim=64)
     inner.bm25_weight = 0.0  # type: ignore[attr-defined]
     hybrid = make_memory("hybrid", embedder=CachedEmbedder(inner, tmp_path / "cache.db"))

@@ -38,11 +38,15 @@ TOPICS = ["hotel", "museum", "ferry", "dinner", "train", "market", "castle", "be
 def log(n: int = 40) -> list[dict[str, Any]]:
     """A trip log: each turn names one place and a day, with filler so windows hold a handful of turns."""
     return [
-        {"id": f"t{i}", "speaker": "Maya" if i % 2 else "Theo", "session_id": f"s{i // 10}",
-         "timestamp": f"{1 + i // 10} May 2023",
-         "text": f"On day {i} we saw the {TOPICS[i % len(TOPICS)]} number {i} and walked around the old town."}
+        {
+            "id": f"t{i}",
+            "speaker": "Maya" if i % 2 else "Theo",
+            "session_id": f"s{i // 10}",
+            "timestamp": f"{1 + i // 10} May 2023",
+            "text": f"On day {i} we saw the {TOPICS[i % len(TOPICS)]} number {i} and walked around the old town.",
+        }
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
 def small(**overrides: Any) -> EpisodicEngine:
@@ -382,11 +386,25 @@ def test_the_same_bench_command_runs_against_an_openai_compatible_endpoint(tmp_p
     data = locomo_fixture(tmp_path / "l.json")
     with local_http_server(OpenAICompatible) as url:
         OpenAICompatible.prompts = []
-        settings = {"embedder": "hashing", "llm": "openai", "llm_base_url": url, "llm_api_key": "sk-test",
-                    "llm_retries": 0, "llm_cache": str(tmp_path / "calls.db")}  # fmt: skip
+        settings = {
+            "embedder": "hashing",
+            "llm": "openai",
+            "llm_base_url": url,
+            "llm_api_key": "sk-test",
+            "llm_retries": 0,
+            "llm_cache": str(tmp_path / "calls.db"),
+        }
         store = store_target(tmp_path / "bench.db") if on_postgres() else None  # a DSN: one store of all engines
-        config = BenchConfig("locomo", data, tmp_path / "out", ["fullcontext", "episodic-llm"], limit=1,
-                             answer=True, settings=settings, store=store)  # fmt: skip
+        config = BenchConfig(
+            "locomo",
+            data,
+            tmp_path / "out",
+            ["fullcontext", "episodic-llm"],
+            limit=1,
+            answer=True,
+            settings=settings,
+            store=store,
+        )
         results = run(config)
     assert any("Excerpts:" in p and "one part of a conversation" in p for p in OpenAICompatible.prompts)
     for name in ("fullcontext", "episodic-llm"):
@@ -433,8 +451,13 @@ def test_cuemem_ask_shows_the_masters_notes(tmp_path, monkeypatch):
     from cuemem.cli import app
 
     with local_http_server(OpenAICompatible) as url:
-        for key, value in {"CUEMEM_LLM": "openai", "CUEMEM_LLM_BASE_URL": url, "CUEMEM_LLM_API_KEY": "sk-test",
-                           "CUEMEM_LLM_RETRIES": "0", "CUEMEM_LLM_CACHE": "off"}.items():  # fmt: skip
+        for key, value in {
+            "CUEMEM_LLM": "openai",
+            "CUEMEM_LLM_BASE_URL": url,
+            "CUEMEM_LLM_API_KEY": "sk-test",
+            "CUEMEM_LLM_RETRIES": "0",
+            "CUEMEM_LLM_CACHE": "off",
+        }.items():
             monkeypatch.setenv(key, value)
         base = ["--db", store_target(tmp_path / "cli.db"), "--embedder", "hashing", "--engine", "episodic"]
         turns = tmp_path / "trip.jsonl"
@@ -492,8 +515,22 @@ def test_bench_engines_take_variants_with_several_settings(tmp_path):
 
     data = locomo_fixture(tmp_path / "l.json")
     name = "episodic[window=20,max_windows=2]"
-    args = ["--db", store_target(tmp_path / "cli.db"), "--embedder", "hashing", "bench", "locomo", "--data", str(data),
-            "--engines", f"bm25,{name}", "--limit", "1", "--out", str(tmp_path / "out")]  # fmt: skip
+    args = [
+        "--db",
+        store_target(tmp_path / "cli.db"),
+        "--embedder",
+        "hashing",
+        "bench",
+        "locomo",
+        "--data",
+        str(data),
+        "--engines",
+        f"bm25,{name}",
+        "--limit",
+        "1",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
     results = json.loads((tmp_path / "out" / "results.json").read_text())

@@ -1,4 +1,4 @@
-"""Forgetting (DESIGN.md promise 1, issue 10): for every engine, a deleted turn leaves no trace — not in any search
+"""Forgetting (docs/design.md promise 1, issue 10): for every engine, a deleted turn leaves no trace — not in any search
 result, not in any prompt sent to the model, and not in a single byte of the store's files or the model-call cache
 after a checkpoint. Derived text that quotes a deleted turn (a resolved reference, a gist, a window) goes with it,
 and deleting a user reaches all of that user's agent and run namespaces.
@@ -210,16 +210,24 @@ def test_delete_all_of_a_user_reaches_every_agent_and_run_namespace(tmp_path: Pa
 
 def test_delete_all_of_an_agent_reaches_its_runs_only(tmp_path: Path):
     with open_memory(tmp_path / "mem.db", "bm25") as memory:
-        for namespace in (Namespace("alice"), Namespace("alice", "agent1"), Namespace("alice", "agent1", "r1"),
-                          Namespace("alice", "agent1", "r2"), Namespace("alice", "agent2")):  # fmt: skip
+        for namespace in (
+            Namespace("alice"),
+            Namespace("alice", "agent1"),
+            Namespace("alice", "agent1", "r1"),
+            Namespace("alice", "agent1", "r2"),
+            Namespace("alice", "agent2"),
+        ):
             memory.add({"id": "t", "text": "note about the hotel"}, **namespace.as_dict())
         result = memory.delete_all(user_id="alice", agent_id="agent1")
         left = {namespace for namespace, _ in memory.namespaces()}
         assert left == {Namespace("alice"), Namespace("alice", "agent2")}, (
             f"delete_all(user_id='alice', agent_id='agent1') left {sorted(left, key=str)}, returned {result!r}"
         )
-        assert {ns for ns, _ in result} == {Namespace("alice", "agent1"), Namespace("alice", "agent1", "r1"),
-                                            Namespace("alice", "agent1", "r2")}  # fmt: skip
+        assert {ns for ns, _ in result} == {
+            Namespace("alice", "agent1"),
+            Namespace("alice", "agent1", "r1"),
+            Namespace("alice", "agent1", "r2"),
+        }
 
 
 @pytest.mark.sqlite_only("SQLite's write-ahead log file beside the store; PostgreSQL: the test below")

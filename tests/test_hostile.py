@@ -58,8 +58,9 @@ def test_a_bad_first_jsonl_line_does_not_make_the_file_locomo(make_memory, tmp_p
 
 def test_a_number_too_long_to_convert_rejects_only_its_line(make_memory):
     memory = make_memory("bm25")
-    report = memory.import_([b'{"id": "n", "text": "x", "metadata": {"n": ' + b"9" * 5000 + b"}}",
-                             turn_line("a", "kept")], user_id="u")  # fmt: skip
+    report = memory.import_(
+        [b'{"id": "n", "text": "x", "metadata": {"n": ' + b"9" * 5000 + b"}}", turn_line("a", "kept")], user_id="u"
+    )
     assert report.added == 1 and [n for n, _ in report.errors] == [1]
 
 
@@ -96,9 +97,14 @@ def test_a_bad_locomo_turn_rejects_only_itself(make_memory, tmp_path):
     assert ids(memory, "c1") == ["D1:1", "D1:7", "D3:2"]
     assert [where for where, _ in report.errors] == ["c1"] * 6
     reasons = [why for _, why in report.errors]
-    for position in ("session_1 turn 2 is a str", "session_1 turn 3 has a text of type int",
-                     "session_1 turn 4 has a speaker", "session_1 turn 5 has a dia_id", "session_1 turn 6 (D1:6): text",
-                     "session_3 turn 1 is a NoneType"):  # fmt: skip
+    for position in (
+        "session_1 turn 2 is a str",
+        "session_1 turn 3 has a text of type int",
+        "session_1 turn 4 has a speaker",
+        "session_1 turn 5 has a dia_id",
+        "session_1 turn 6 (D1:6): text",
+        "session_3 turn 1 is a NoneType",
+    ):
         assert sum(why.startswith(position) for why in reasons) == 1, (position, reasons)
 
 
@@ -184,8 +190,9 @@ def test_namespace_ids_that_look_alike_are_one_namespace(make_memory):
     assert other.delete_all(user_id=f" {nfd}") == [(memory.namespace(nfc), 1)]
 
 
-@pytest.mark.parametrize("char", ["\u202e", "\u202a", "\u2066", "\u2069", "\u200b", "\u200d", "\ufeff", "\x00",
-                                  "\x1b", "\n"])  # fmt: skip
+@pytest.mark.parametrize(
+    "char", ["\u202e", "\u202a", "\u2066", "\u2069", "\u200b", "\u200d", "\ufeff", "\x00", "\x1b", "\n"]
+)
 def test_namespace_ids_with_invisible_or_control_characters_are_refused(make_memory, char):
     memory = make_memory("bm25")
     with pytest.raises(ValueError, match=f"U\\+{ord(char):04X}"):
@@ -277,8 +284,9 @@ counter = itertools.count()
 
 
 def fuzz_memory(base: Path) -> Memory:
-    return open_memory(base / f"fuzz-{next(counter)}.db", "bm25", embedder=HashingEmbedder(),
-                       max_turn_bytes=MAX_TURN_BYTES)  # fmt: skip
+    return open_memory(
+        base / f"fuzz-{next(counter)}.db", "bm25", embedder=HashingEmbedder(), max_turn_bytes=MAX_TURN_BYTES
+    )
 
 
 def render(index: int, kind: str, payload: Any) -> tuple[bytes, str | None, bool]:

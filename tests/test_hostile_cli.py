@@ -87,8 +87,22 @@ def test_a_config_file_in_the_working_directory_is_not_read_unless_named(tmp_pat
     r = cli(tmp_path, "search", "red", "-u", "u", "--json")
     assert r.exit_code == 0 and len(json.loads(r.stdout)["hits"]) == 3  # k = 1 was not applied
     assert "using config" not in r.stderr
-    r = runner.invoke(app, ["--config", "cuemem.toml", "--db", str(tmp_path / "cli.db"), "--embedder", "hashing",
-                            "search", "red", "-u", "u", "--json"])  # fmt: skip
+    r = runner.invoke(
+        app,
+        [
+            "--config",
+            "cuemem.toml",
+            "--db",
+            str(tmp_path / "cli.db"),
+            "--embedder",
+            "hashing",
+            "search",
+            "red",
+            "-u",
+            "u",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0 and len(json.loads(r.stdout)["hits"]) == 1  # named: applied ...
     assert r.stderr.count("using config cuemem.toml") == 1  # ... and said, once
     monkeypatch.setenv("CUEMEM_CONFIG", str(workdir / "cuemem.toml"))
@@ -176,8 +190,12 @@ def test_json_output_is_plain_json_written_without_rich(tmp_path, monkeypatch, n
     assert hit["turn_ids"] == ["[/]"] and text in hit["text"]
     assert "\x1b" not in r.stdout and "\x9b" not in r.stdout and "\u202e" not in r.stdout and "\x07" not in r.stdout
     assert "\\u001b[2J" in r.stdout and "\\u009b31m" in r.stdout and "\\u202eevil" in r.stdout
-    for args in (["get", "[/]", "-u", "u"], ["namespaces", "--json"], ["add", "more", "-u", "u", "--json"],
-                 ["delete", "-u", "u", "[/]", "--json"]):  # fmt: skip
+    for args in (
+        ["get", "[/]", "-u", "u"],
+        ["namespaces", "--json"],
+        ["add", "more", "-u", "u", "--json"],
+        ["delete", "-u", "u", "[/]", "--json"],
+    ):
         r = cli(tmp_path, *args)
         assert r.exit_code == 0 and json.loads(r.stdout) is not None, (args, r.output)
 
@@ -217,10 +235,12 @@ def test_a_search_after_a_change_of_embedder_says_what_it_indexes_first(tmp_path
     turns = [{"id": f"t{i}", "text": f"turn {i} about the hotel"} for i in range(CATCH_UP_NOTICE + 10)]
     with Memory(db, engine="bm25", embedder=HashingEmbedder()) as memory:
         memory.add(turns, user_id="maya")
-    r = CliRunner().invoke(app, ["--db", str(db), "--embedder", "hashing", "--engine", "dense", "search", "hotel",
-                                 "-u", "maya", "-k", "1"])  # fmt: skip
+    r = CliRunner().invoke(
+        app, ["--db", str(db), "--embedder", "hashing", "--engine", "dense", "search", "hotel", "-u", "maya", "-k", "1"]
+    )
     assert r.exit_code == 0, r.output
     assert f"dense has not indexed {CATCH_UP_NOTICE + 10:,} turns" in r.output and "indexing them first" in r.output
-    r = CliRunner().invoke(app, ["--db", str(db), "--embedder", "hashing", "--engine", "dense", "search", "hotel",
-                                 "-u", "maya", "-k", "1"])  # fmt: skip
+    r = CliRunner().invoke(
+        app, ["--db", str(db), "--embedder", "hashing", "--engine", "dense", "search", "hotel", "-u", "maya", "-k", "1"]
+    )
     assert r.exit_code == 0 and "has not indexed" not in r.output  # caught up: nothing to say

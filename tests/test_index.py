@@ -124,6 +124,11 @@ def test_lucene_analyzer_matches_the_bm25s_default():
     from cuemem.index.text import analyze_lucene
 
     assert analyze_lucene("Caroline: I went to a LGBTQ support group, when?") == [
-        "caroline", "went", "lgbtq", "support", "group", "when"
-    ]  # fmt: skip
+        "caroline",
+        "went",
+        "lgbtq",
+        "support",
+        "group",
+        "when",
+    ]
     assert analyze("when did I go") == ["go"]  # the extended list drops question words and pronouns

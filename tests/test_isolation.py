@@ -1,6 +1,6 @@
 """Namespaces are hard partitions: under random interleavings of adds, deletes and searches, for every engine of
 the registry, a search in one namespace only ever returns live turns of that namespace, and its text only ever
-comes from them (DESIGN.md promise 2)."""
+comes from them (docs/design.md promise 2)."""
 
 from __future__ import annotations
 
@@ -44,8 +44,16 @@ ops = st.lists(
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(program=ops)
 # A reply that refers back ("it") to a turn that is then deleted: a resolved reference must not keep its text.
-@example(program=[("add", 0, "hotel price lisbon", "s1"), ("add", 0, "hotel price it", "s1"), ("add", 1, "hotel", "s1"),
-                  ("delete", 0, 0), ("search", 0, "hotel booking", None), ("search", 1, "hotel", None)])  # fmt: skip
+@example(
+    program=[
+        ("add", 0, "hotel price lisbon", "s1"),
+        ("add", 0, "hotel price it", "s1"),
+        ("add", 1, "hotel", "s1"),
+        ("delete", 0, 0),
+        ("search", 0, "hotel booking", None),
+        ("search", 1, "hotel", None),
+    ]
+)
 def test_namespace_isolation_under_random_interleavings(engine, program):
     with tempfile.TemporaryDirectory() as tmp, open_memory(Path(tmp) / "iso.db", engine) as memory:
         live: dict[int, dict[str, str]] = {i: {} for i in range(len(NAMESPACES))}  # turn id -> session

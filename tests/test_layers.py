@@ -116,9 +116,20 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_imports_are_resolved_as_python_resolves_them():
-    known = {"cuemem", "cuemem.errors", "cuemem.store", "cuemem.store.sqlite", "cuemem.engines", "cuemem.engines.base",
-             "cuemem.engines.stitch", "cuemem.engines.stitch.engine", "cuemem.engines.stitch.scope",
-             "cuemem.engines.stitch.labellers", "cuemem.memory", "cuemem.llm"}  # fmt: skip
+    known = {
+        "cuemem",
+        "cuemem.errors",
+        "cuemem.store",
+        "cuemem.store.sqlite",
+        "cuemem.engines",
+        "cuemem.engines.base",
+        "cuemem.engines.stitch",
+        "cuemem.engines.stitch.engine",
+        "cuemem.engines.stitch.scope",
+        "cuemem.engines.stitch.labellers",
+        "cuemem.memory",
+        "cuemem.llm",
+    }
     source = """
 from typing import TYPE_CHECKING
 import numpy
@@ -134,11 +145,20 @@ def late():
     from ...store.sqlite import SQLiteStore
 """
     assert imports("cuemem.engines.stitch.engine", source, False, known) == {
-        "cuemem.engines.base", "cuemem.engines.stitch.labellers", "cuemem.engines.stitch", "cuemem.store",
-        "cuemem.llm", "cuemem.engines.stitch.scope", "cuemem.memory", "cuemem.store.sqlite"}  # fmt: skip
+        "cuemem.engines.base",
+        "cuemem.engines.stitch.labellers",
+        "cuemem.engines.stitch",
+        "cuemem.store",
+        "cuemem.llm",
+        "cuemem.engines.stitch.scope",
+        "cuemem.memory",
+        "cuemem.store.sqlite",
+    }
     # In a package's __init__, "." is the package itself.
     assert imports("cuemem.engines.stitch", "from .engine import X\nfrom ..base import Y", True, known) == {
-        "cuemem.engines.stitch.engine", "cuemem.engines.base"}  # fmt: skip
+        "cuemem.engines.stitch.engine",
+        "cuemem.engines.base",
+    }
     assert "cuemem" in modules() and "cuemem.memory" in graph()["cuemem"]
 
 
@@ -146,10 +166,11 @@ def test_no_import_cycles():
     edges = graph()
     found = cycles(edges)
     detail = [
-        " <-> ".join(component) + ": " + ", ".join(f"{a} -> {b}" for a in component for b in sorted(edges[a])
-                                                  if b in component)
+        " <-> ".join(component)
+        + ": "
+        + ", ".join(f"{a} -> {b}" for a in component for b in sorted(edges[a]) if b in component)
         for component in found
-    ]  # fmt: skip
+    ]
     assert not found, "import cycles among cuemem modules:\n" + "\n".join(detail)
 
 
@@ -166,11 +187,18 @@ def test_no_import_cycles_between_packages():
         packages.setdefault(unit(a), set()).update(unit(b) for b in targets if unit(b) != unit(a))
     found = cycles(packages)
     detail = [
-        " <-> ".join(component) + ": " + ", ".join(sorted(f"{a} -> {b}" for a, targets in edges.items()
-                                                          for b in targets if unit(a) in component
-                                                          and unit(b) in component and unit(a) != unit(b)))
+        " <-> ".join(component)
+        + ": "
+        + ", ".join(
+            sorted(
+                f"{a} -> {b}"
+                for a, targets in edges.items()
+                for b in targets
+                if unit(a) in component and unit(b) in component and unit(a) != unit(b)
+            )
+        )
         for component in found
-    ]  # fmt: skip
+    ]
     assert not found, "import cycles among cuemem's packages:\n" + "\n".join(detail)
 
 

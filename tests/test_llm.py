@@ -90,8 +90,13 @@ def test_cache_makes_reruns_free_and_counts_per_stage(tmp_path):
         client.choose(USER, ["a", "b"])
     assert first == again and backend.calls == 2  # the second chat came from the cache
     stats = client.stats()
-    assert stats["ingest"] == {"calls": 1, "cached": 0, "prompt_tokens": 3, "completion_tokens": 2,
-                               "seconds": stats["ingest"]["seconds"]}  # fmt: skip
+    assert stats["ingest"] == {
+        "calls": 1,
+        "cached": 0,
+        "prompt_tokens": 3,
+        "completion_tokens": 2,
+        "seconds": stats["ingest"]["seconds"],
+    }
     assert stats["query"]["calls"] == 2 and stats["query"]["cached"] == 1 and stats["query"]["prompt_tokens"] == 4
     fresh = LLMClient(FakeBackend(), FileCallCache(tmp_path / "calls.db"))  # another process, same cache file
     assert fresh.chat(USER) == first and fresh.backend.calls == 0
@@ -265,10 +270,18 @@ def every_call(client: LLMClient) -> list:
 
 @pytest.mark.parametrize(
     "error",
-    [TypeError("bad arg"), AttributeError("no attr"), KeyError("k"), IndexError("i"), AssertionError("a"),
-     NameError("n"), ValueError("v"), ZeroDivisionError("z")],
+    [
+        TypeError("bad arg"),
+        AttributeError("no attr"),
+        KeyError("k"),
+        IndexError("i"),
+        AssertionError("a"),
+        NameError("n"),
+        ValueError("v"),
+        ZeroDivisionError("z"),
+    ],
     ids=lambda e: type(e).__name__,
-)  # fmt: skip
+)
 def test_programming_errors_propagate_unchanged(error):
     """A bug in our code (or a backend's) is not an outage: it is never disguised as an LLMError."""
     client = LLMClient(Raising(error))
@@ -326,11 +339,16 @@ class RawReply(BaseHTTPRequestHandler):
 
 
 GARBAGE = [
-    b"<html>gateway page</html>", b"[]", b'{"choices": []}', b'{"choices": [{"message": null}]}',
-    b'{"choices": [{"message": {"content": ["a", "b"]}}]}', b'{"choices": [{"message": {"content": 3}}]}',
+    b"<html>gateway page</html>",
+    b"[]",
+    b'{"choices": []}',
+    b'{"choices": [{"message": null}]}',
+    b'{"choices": [{"message": {"content": ["a", "b"]}}]}',
+    b'{"choices": [{"message": {"content": 3}}]}',
     b'{"choices": [{"message": {"content": "ok"}}], "usage": ["tokens"]}',
-    b'{"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": "many"}}', b"\xff\xfe",
-]  # fmt: skip
+    b'{"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": "many"}}',
+    b"\xff\xfe",
+]
 
 
 def test_garbage_from_the_server_is_an_output_error():
@@ -360,8 +378,9 @@ def test_local_backend_that_cannot_load_is_unavailable(tmp_path):
                 call()
 
 
-def fake_llama_cpp(monkeypatch, *, load_error: Exception | None = None, reply: Any = None,
-                   run_error: Exception | None = None) -> None:  # fmt: skip
+def fake_llama_cpp(
+    monkeypatch, *, load_error: Exception | None = None, reply: Any = None, run_error: Exception | None = None
+) -> None:
     """A stand-in `llama_cpp` module, so the backend's failure handling is tested without the extra."""
 
     class Llama:
@@ -585,10 +604,25 @@ def test_report_aggregates_judge_accuracy_over_categories_1_to_4(tmp_path):
     from cuemem.bench.runner import BenchConfig
 
     def q(cat: str, judged: float) -> dict:
-        return {"id": cat, "category": cat, "adversarial": cat == "5", "evidence": ["D1:1"], "latency_ms": 1.0,
-                "context_tokens": 10, "recall@1": 1.0, "recall@5": 1.0, "recall@10": 1.0, "recall@20": 1.0,
-                "recall@50": 1.0, "recall@budget": 1.0, "ndcg@10": 1.0, "set_f1": 0.5, "bleu1": 0.5,
-                "locomo_f1": 0.5, "judge": judged}  # fmt: skip
+        return {
+            "id": cat,
+            "category": cat,
+            "adversarial": cat == "5",
+            "evidence": ["D1:1"],
+            "latency_ms": 1.0,
+            "context_tokens": 10,
+            "recall@1": 1.0,
+            "recall@5": 1.0,
+            "recall@10": 1.0,
+            "recall@20": 1.0,
+            "recall@50": 1.0,
+            "recall@budget": 1.0,
+            "ndcg@10": 1.0,
+            "set_f1": 0.5,
+            "bleu1": 0.5,
+            "locomo_f1": 0.5,
+            "judge": judged,
+        }
 
     conv = {"turns": 3, "ingest_seconds": 1.0, "llm": {}, "questions": [q("1", 1.0), q("4", 0.0), q("5", 1.0)]}
     config = BenchConfig("locomo", tmp_path, tmp_path, ["bm25"], answer=True)
@@ -620,15 +654,30 @@ def test_longmemeval_answers_get_the_question_date_and_are_judged_by_type(endpoi
     from cuemem.bench.runner import BenchConfig, run
 
     said = {"role": "user", "content": "I live in Lisbon now", "has_answer": True}
-    item = {"question_id": "q1_abs", "question_type": "knowledge-update", "question": "Where do I live?",
-            "answer": "You did not say", "question_date": "2023/05/30 (Tue) 21:56", "haystack_session_ids": ["s1"],
-            "haystack_dates": ["2023/05/01"], "answer_session_ids": ["s1"], "haystack_sessions": [[said]]}  # fmt: skip
+    item = {
+        "question_id": "q1_abs",
+        "question_type": "knowledge-update",
+        "question": "Where do I live?",
+        "answer": "You did not say",
+        "question_date": "2023/05/30 (Tue) 21:56",
+        "haystack_session_ids": ["s1"],
+        "haystack_dates": ["2023/05/01"],
+        "answer_session_ids": ["s1"],
+        "haystack_sessions": [[said]],
+    }
     data = tmp_path / "lme.json.gz"
     with gzip.open(data, "wt") as fh:
         json.dump([item, {**item, "question_id": "q2", "answer": "Lisbon"}], fh)
     model = {"llm": "openai", "llm_base_url": endpoint, "llm_api_key": "sk-test", "llm_cache": "off"}
-    config = BenchConfig("longmemeval", data, tmp_path / "out", ["bm25"], answer=True, judge=model,
-                         settings={"embedder": "hashing", **model})  # fmt: skip
+    config = BenchConfig(
+        "longmemeval",
+        data,
+        tmp_path / "out",
+        ["bm25"],
+        answer=True,
+        judge=model,
+        settings={"embedder": "hashing", **model},
+    )
     answer = run(config)["engines"]["bm25"]["answer"]
     prompts = [b["messages"][-1]["content"] for b in FakeChat.bodies]
     readers = [p for p in prompts if p.startswith("Excerpts:")]

@@ -154,8 +154,9 @@ def test_local_json_is_always_parseable_and_rejects_nested_schemas():
         day: Literal["Day 1", "Day 2"]
 
     backend = LocalBackend(model="smollm2-135m")
-    text, _ = backend.json([{"role": "user", "content": "Day 2: Casa Azul, 110 euros, night 05, not paid."}],
-                           Booking.model_json_schema())  # fmt: skip
+    text, _ = backend.json(
+        [{"role": "user", "content": "Day 2: Casa Azul, 110 euros, night 05, not paid."}], Booking.model_json_schema()
+    )
     data = json.loads(text)  # no client, no retries: the raw output itself parses
     assert set(data) == {"hotel", "night", "price", "paid", "day"} and isinstance(data["night"], int)
     assert Booking.model_validate(data)
@@ -183,13 +184,17 @@ def test_stitch_model_mode_labels_with_the_real_model(tmp_path, client):
     from cuemem.engines.stitch import variant
 
     turns = [
-        {"id": "a1", "speaker": "Maya", "text": "We booked the Apollo Hotel in Lisbon, 120 euros a night.",
-         "session_id": "s1"},
+        {
+            "id": "a1",
+            "speaker": "Maya",
+            "text": "We booked the Apollo Hotel in Lisbon, 120 euros a night.",
+            "session_id": "s1",
+        },
         {"id": "a2", "speaker": "Theo", "text": "Is it close to the river?", "session_id": "s1"},
         {"id": "a3", "speaker": "Maya", "text": "Yes, near Rossio. I bought a guitar on Friday.", "session_id": "s1"},
         {"id": "a4", "speaker": "Theo", "text": "My dog Miso learned to fetch in the park.", "session_id": "s2"},
         {"id": "a5", "speaker": "Maya", "text": "That is lovely, how old is he?", "session_id": "s2"},
-    ]  # fmt: skip
+    ]
     engine = variant("stitch-llm", n_start=2)
     with Memory(tmp_path / "m.db", engine=engine, embedder=HashingEmbedder(), llm=client) as memory:
         before = client.stats().get("ingest", {}).get("calls", 0)
@@ -235,8 +240,12 @@ def test_torch_failures_while_running_are_unavailable_and_bugs_propagate(client,
     backend._model = Exploding(error)
     broken = LLMClient(backend)
     ask = [{"role": "user", "content": "Which hotel?"}]
-    calls = [lambda: broken.chat(ask), lambda: broken.choose(ask, ["Apollo", "Casa Azul"]),
-             lambda: broken.score(ask, ["Apollo"]), lambda: broken.json(ask, Booking)]  # fmt: skip
+    calls = [
+        lambda: broken.chat(ask),
+        lambda: broken.choose(ask, ["Apollo", "Casa Azul"]),
+        lambda: broken.score(ask, ["Apollo"]),
+        lambda: broken.json(ask, Booking),
+    ]
     for call in calls:
         if isinstance(error, RuntimeError):
             with pytest.raises(LLMUnavailableError, match=r"the local model failed while .*not enough memory"):

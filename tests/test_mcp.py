@@ -93,11 +93,18 @@ def test_stdio_round_trip(tmp_path: Path) -> None:
             hotel = added["added"][0]
             again = ok(await client.call_tool("add_memory", {"text": "Day 1 is the Apollo Hotel, 120 euros a night."}))
             assert again == {"added": [], "skipped": [hotel]}  # a retried add is a no-op
-            mine = ok(await client.call_tool(
-                "add_memory",
-                {"text": "Lena is allergic to shellfish.", "speaker": "Theo", "session_id": "s2",
-                 "timestamp": "10 March 2024", "id": "D2:5"},
-            ))  # fmt: skip
+            mine = ok(
+                await client.call_tool(
+                    "add_memory",
+                    {
+                        "text": "Lena is allergic to shellfish.",
+                        "speaker": "Theo",
+                        "session_id": "s2",
+                        "timestamp": "10 March 2024",
+                        "id": "D2:5",
+                    },
+                )
+            )
             assert mine["added"] == ["D2:5"]
 
             hits = ok(await client.call_tool("search_memory", {"query": "Which hotel on Day 1?", "k": 3}))
@@ -140,8 +147,9 @@ def test_stdio_namespace_is_fixed_by_the_server(tmp_path: Path) -> None:
             assert error.is_error and secret in text_of(error)
             # a namespace named in the arguments is not accepted as one: the schema has no such field
             sneaky = await bob.call_tool("search_memory", {"query": "locker code", "user_id": "alice"})
-            assert secret not in {tid for hit in (sneaky.structured_content or {}).get("hits", []) for tid in
-                                  hit["turn_ids"]}  # fmt: skip
+            assert secret not in {
+                tid for hit in (sneaky.structured_content or {}).get("hits", []) for tid in hit["turn_ids"]
+            }
         async with Client(stdio(db, "alice")) as alice:
             assert secret in found(await alice.call_tool("search_memory", {"query": "locker code"}))
 
@@ -150,10 +158,23 @@ def test_stdio_namespace_is_fixed_by_the_server(tmp_path: Path) -> None:
 
 def test_stdio_bad_configuration_exits_with_a_message(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "cuemem.server.mcp", "--db", str(tmp_path / "m.db"), "--user-id", "alice",
-         "--engine", "no-such-engine"],
-        capture_output=True, text=True, timeout=60, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "cuemem.server.mcp",
+            "--db",
+            str(tmp_path / "m.db"),
+            "--user-id",
+            "alice",
+            "--engine",
+            "no-such-engine",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.returncode == 2
     assert proc.stdout == ""  # stdout belongs to the protocol
     assert "unknown engine 'no-such-engine'" in proc.stderr
@@ -289,10 +310,26 @@ def test_main_serves_streamable_http(tmp_path: Path) -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cuemem.server.mcp", "--db", str(tmp_path / "mem.db"), "--user-id", "alice",
-         "--engine", "bm25", "--transport", "http", "--port", str(port)],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "cuemem.server.mcp",
+            "--db",
+            str(tmp_path / "mem.db"),
+            "--user-id",
+            "alice",
+            "--engine",
+            "bm25",
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:

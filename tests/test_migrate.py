@@ -56,14 +56,18 @@ def turns_for(index: int, namespace: dict[str, str]) -> list[dict[str, Any]]:
     n = BIG if index == 0 else 7
     out = []
     for i in range(n):
-        out.append({
-            "id": f"t{index}-{i}",
-            "text": f"turn {i} of {namespace['user_id']}: café ☕ Ωμέγα עברית \x00 nul \ue000 esc \u2028 line {i}",
-            "speaker": ["Maya", "Théo", "助手"][i % 3],
-            "session_id": f"s{i // 50}",
-            "timestamp": [None, "2023-05-08T13:56:00Z", "1:56 pm on 8 May, 2023", "someday"][i % 4],
-            "metadata": {"i": i, "z": 0.1, "a": [1, "two", {"deep": "\x00\ue000é"}], "emoji": "🐙"} if i % 2 else {},
-        })  # fmt: skip
+        out.append(
+            {
+                "id": f"t{index}-{i}",
+                "text": f"turn {i} of {namespace['user_id']}: café ☕ Ωμέγα עברית \x00 nul \ue000 esc \u2028 line {i}",
+                "speaker": ["Maya", "Théo", "助手"][i % 3],
+                "session_id": f"s{i // 50}",
+                "timestamp": [None, "2023-05-08T13:56:00Z", "1:56 pm on 8 May, 2023", "someday"][i % 4],
+                "metadata": {"i": i, "z": 0.1, "a": [1, "two", {"deep": "\x00\ue000é"}], "emoji": "🐙"}
+                if i % 2
+                else {},
+            }
+        )
     return out
 
 
@@ -197,9 +201,11 @@ def test_interrupted_then_rerun_doubles_nothing(tmp_path, pg, direction):
     assert len(ids) == len(set(ids))
     # and a third run copies nothing
     again = migrate(source, target)
-    assert again.copied == 0 and again.skipped == BIG + 21 and [n.checksum for n in again.namespaces] == [
-        n.checksum for n in report.namespaces
-    ]
+    assert (
+        again.copied == 0
+        and again.skipped == BIG + 21
+        and [n.checksum for n in again.namespaces] == [n.checksum for n in report.namespaces]
+    )
 
 
 def test_partial_precopy_through_import_is_completed(tmp_path, pg):

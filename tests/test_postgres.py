@@ -87,8 +87,9 @@ def server_stopped(mode: str = "fast") -> Iterator[None]:
 
 def memory_on(dsn: str, engine: str, tmp_path: Path, timeout: float | None = None) -> Memory:
     """A Memory on the database; with `timeout`, its store waits that long for a connection (not 10 s)."""
-    memory = Memory(dsn, engine=engine, embedder=HashingEmbedder(), llm=fake_llm(),
-                    llm_cache=str(tmp_path / "llm-calls.db"))  # fmt: skip
+    memory = Memory(
+        dsn, engine=engine, embedder=HashingEmbedder(), llm=fake_llm(), llm_cache=str(tmp_path / "llm-calls.db")
+    )
     if timeout is not None:  # Memory opens its store with the default timeout: reopen it before any use
         memory.store.close()
         memory.store = PostgresStore(dsn, timeout=timeout)
@@ -191,10 +192,14 @@ def test_eight_writer_and_eight_reader_processes_ingest_as_one(
     dsn = pg("shared")
     cache, go, writers_done = str(tmp_path / "llm-calls.db"), tmp_path / "go", tmp_path / "writers-done"
     expected = {t["id"]: t["text"] for w in range(WRITERS) for b in range(ADDS) for t in batch(w, b)}
-    writers = [forker.start(WORKER, dsn, engine, cache, str(w), json.dumps([batch(w, b) for b in range(ADDS)]),
-                            str(go)) for w in range(WRITERS)]  # fmt: skip
-    readers = [forker.start(READER, dsn, engine, cache, json.dumps(expected), str(go), str(writers_done))
-               for _ in range(READERS)]  # fmt: skip
+    writers = [
+        forker.start(WORKER, dsn, engine, cache, str(w), json.dumps([batch(w, b) for b in range(ADDS)]), str(go))
+        for w in range(WRITERS)
+    ]
+    readers = [
+        forker.start(READER, dsn, engine, cache, json.dumps(expected), str(go), str(writers_done))
+        for _ in range(READERS)
+    ]
     children = writers + readers
     try:
         for child in children:
@@ -224,8 +229,7 @@ def assert_unavailable(exc: BaseException, dsn: str) -> None:
     assert "\n" not in message and "Traceback" not in message, message
 
 
-def test_a_stopped_server_gives_store_errors_and_the_same_memory_works_again(pg: Callable[[str], str],
-                                                                             tmp_path: Path):  # fmt: skip
+def test_a_stopped_server_gives_store_errors_and_the_same_memory_works_again(pg: Callable[[str], str], tmp_path: Path):
     dsn = pg("stop")
     with memory_on(dsn, "stitch", tmp_path, TIMEOUT) as memory:
         acknowledged = {t["id"] for b in range(2) for t in batch(0, b)}
@@ -294,8 +298,9 @@ def test_a_quick_restart_between_calls_is_not_noticed(pg: Callable[[str], str], 
             started = time.monotonic()
             memory.add(batch(0, b), user_id=USER, session_id="s")
             assert time.monotonic() - started < TIMEOUT, f"add() took {time.monotonic() - started:.1f} s"
-        assert_ingested_once(memory, "stitch", {t["id"] for b in range(3) for t in batch(0, b)}, pg("rebuild"),
-                             tmp_path)  # fmt: skip
+        assert_ingested_once(
+            memory, "stitch", {t["id"] for b in range(3) for t in batch(0, b)}, pg("rebuild"), tmp_path
+        )
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -334,8 +339,11 @@ def test_a_server_crash_under_a_writer_keeps_every_add_whole(pg: Callable[[str],
             thread.join(60)
         assert not thread.is_alive()
 
-        wrong = [f"add {b}: {type(exc).__name__}: {exc}" for b, exc in outcomes
-                 if exc is not None and type(exc) is not StoreError]  # fmt: skip
+        wrong = [
+            f"add {b}: {type(exc).__name__}: {exc}"
+            for b, exc in outcomes
+            if exc is not None and type(exc) is not StoreError
+        ]
         assert not wrong, "\n".join(wrong)
         failed = [(b, exc) for b, exc in outcomes if exc is not None]
         assert len(failed) >= 2 and sum(exc is None for _, exc in outcomes) >= 3, outcomes
@@ -370,7 +378,7 @@ def test_redact_never_shows_the_password():
         "postgres://alice:s3cret@db.example.org/mem": "postgresql://alice@db.example.org/mem",
         "postgresql://alice@/mem?host=/run/pg&password=s3cret": "postgresql://alice@/mem?host=/run/pg",
         "postgresql://:s3cret@localhost/mem": "postgresql://localhost/mem",
-    }  # fmt: skip
+    }
     for dsn, shown in cases.items():
         assert redact(dsn) == shown
     for broken in ("postgresql://alice:s3cret@[::1/mem", "postgresql://alice:s3cret@host/mem?nonsense=%zz"):
@@ -409,8 +417,11 @@ def test_an_unreachable_server_is_a_store_error_within_the_timeout(tmp_path: Pat
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)  # accepts TCP but never answers: only the timeout ends the attempt
     try:
-        for dsn in (f"postgresql://u@127.0.0.1:{port}/mem", f"postgresql://u@/mem?host={tmp_path}",
-                    f"postgresql://u@127.0.0.1:{silent.getsockname()[1]}/mem"):  # fmt: skip
+        for dsn in (
+            f"postgresql://u@127.0.0.1:{port}/mem",
+            f"postgresql://u@/mem?host={tmp_path}",
+            f"postgresql://u@127.0.0.1:{silent.getsockname()[1]}/mem",
+        ):
             started = time.monotonic()
             with pytest.raises(StoreError) as raised:
                 PostgresStore(dsn, timeout=1)
@@ -425,8 +436,9 @@ def unit(rng: np.random.Generator, n: int, dims: int) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def add_vectors(store: PostgresStore, ns: int, vecs: np.ndarray, prefix: str, space: str = "steps",
-                model: str = "m") -> list[int]:  # fmt: skip
+def add_vectors(
+    store: PostgresStore, ns: int, vecs: np.ndarray, prefix: str, space: str = "steps", model: str = "m"
+) -> list[int]:
     keys = [f"{prefix}{i}" for i in range(len(vecs))]
     store.put_items(ns, space, [NewItem(key, f"text {key}", {}, []) for key in keys])
     ids = store.item_ids(ns, space, keys)
@@ -438,8 +450,10 @@ def index_names(dsn: str) -> set[str]:
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname='cuemem' AND tablename='vectors'"
-                            " AND indexname LIKE 'vec_hnsw_%'").fetchall()  # fmt: skip
+        rows = conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname='cuemem' AND tablename='vectors'"
+            " AND indexname LIKE 'vec_hnsw_%'"
+        ).fetchall()
     return {r[0] for r in rows}
 
 

@@ -1,4 +1,4 @@
-"""Engine `profile` (DESIGN.md design 3, issue 16): pattern rules, model extraction, consolidation, record search,
+"""Engine `profile` (docs/design.md design 3, issue 16): pattern rules, model extraction, consolidation, record search,
 `profile()`, and the ChromaDB record backend (isolation, deletion, crash). The registered variants also run the
 isolation, crash, forgetting and concurrency suites by registration."""
 
@@ -99,8 +99,13 @@ def test_rules_read_each_cue(sentence: str, rule: str, kind: str, key: str, valu
     found = load_rules().extract(turn(sentence))
     assert found, f"nothing read from {sentence!r}"
     first = found[0]
-    assert (first.source, first.type, first.key, first.value, first.polarity) == (f"rule:{rule}", kind, key, value,
-                                                                                   polarity)  # fmt: skip
+    assert (first.source, first.type, first.key, first.value, first.polarity) == (
+        f"rule:{rule}",
+        kind,
+        key,
+        value,
+        polarity,
+    )
     assert first.span == sentence and first.turn_id == "t" and first.subject == "user"
 
 
@@ -122,8 +127,16 @@ def test_rules_mark_updates_and_name_the_replaced_value():
 
 @no_store
 def test_a_custom_rule_table_replaces_the_shipped_one(tmp_path: Path):
-    table = {"rules": [{"name": "gosto", "type": "preference", "confidence": 0.7,
-                        "pattern": r"\bgosto de (?P<v>{clause})(?=$|[.,!?])"}]}  # fmt: skip
+    table = {
+        "rules": [
+            {
+                "name": "gosto",
+                "type": "preference",
+                "confidence": 0.7,
+                "pattern": r"\bgosto de (?P<v>{clause})(?=$|[.,!?])",
+            }
+        ]
+    }
     path = tmp_path / "rules.json"
     path.write_text(json.dumps(table), encoding="utf-8")
     (found,) = load_rules(path).extract(turn("Eu gosto de café."))
@@ -164,8 +177,19 @@ def words_similar(a: str, b: str) -> float:
 
 
 def cand(value: str, seq: int, *, key: str = "", time: str | None = None, conf: float = 0.8, **kw: Any) -> Candidate:
-    return Candidate(type=kw.pop("type", "preference"), key=key, value=value, confidence=conf, seq=seq,
-                     turn_id=f"t{seq}", subject="user", span=value, time=time, fixed_key=bool(key), **kw)  # fmt: skip
+    return Candidate(
+        type=kw.pop("type", "preference"),
+        key=key,
+        value=value,
+        confidence=conf,
+        seq=seq,
+        turn_id=f"t{seq}",
+        subject="user",
+        span=value,
+        time=time,
+        fixed_key=bool(key),
+        **kw,
+    )
 
 
 @no_store
@@ -195,8 +219,9 @@ def test_confidence_accumulates_and_decides_between_equally_recent_statements():
     weak = consolidate(profile, cand("chess", 3, key="hobby", time="2023-01-01", conf=0.6), words_similar, limits)
     assert weak.action == "earlier" and out.record.value == "hiking"
     # the same day, phrased as a change: the newer statement wins
-    changed = consolidate(profile, cand("chess", 4, key="hobby", time="2023-01-01", conf=0.6, update=True),
-                          words_similar, limits)  # fmt: skip
+    changed = consolidate(
+        profile, cand("chess", 4, key="hobby", time="2023-01-01", conf=0.6, update=True), words_similar, limits
+    )
     assert changed.action == "supersede" and changed.record.value == "chess"
 
 
@@ -219,18 +244,35 @@ def test_a_named_old_value_is_history_even_without_a_record():
     assert out.action == "new" and [h["value"] for h in out.record.history] == ["Lisbon"]
 
 
-PARAPHRASE_CUES = ["I love", "I really love", "I like", "I really like", "I enjoy", "I absolutely love", "I prefer",
-                   "I'm a big fan of", "I'm into", "I adore"]  # fmt: skip
-PARAPHRASE_OBJECTS = ["oat milk lattes", "oat-milk lattes", "lattes with oat milk", "an oat milk latte",
-                      "oat milk lattes in the morning"]  # fmt: skip
+PARAPHRASE_CUES = [
+    "I love",
+    "I really love",
+    "I like",
+    "I really like",
+    "I enjoy",
+    "I absolutely love",
+    "I prefer",
+    "I'm a big fan of",
+    "I'm into",
+    "I adore",
+]
+PARAPHRASE_OBJECTS = [
+    "oat milk lattes",
+    "oat-milk lattes",
+    "lattes with oat milk",
+    "an oat milk latte",
+    "oat milk lattes in the morning",
+]
 
 
 @needs_minilm
 def test_fifty_paraphrases_of_one_preference_make_one_record(tmp_path: Path):
     lines = [f"{cue} {obj}." for cue in PARAPHRASE_CUES for obj in PARAPHRASE_OBJECTS]
     assert len(lines) == 50
-    turns = [{"id": f"p{i}", "speaker": "user", "text": text, "timestamp": f"2024-01-{1 + i % 28:02d}"}
-             for i, text in enumerate(lines)]  # fmt: skip
+    turns = [
+        {"id": f"p{i}", "speaker": "user", "text": text, "timestamp": f"2024-01-{1 + i % 28:02d}"}
+        for i, text in enumerate(lines)
+    ]
     with Memory(store_target(tmp_path / "m.db"), engine="profile", embedder=minilm(), llm=fake_llm()) as memory:
         memory.add(turns, user_id="u")
         records = memory.records(user_id="u", types=["preference"])
@@ -240,17 +282,43 @@ def test_fifty_paraphrases_of_one_preference_make_one_record(tmp_path: Path):
 
 # --------------------------------------------------------------------------- the engine through Memory
 DRIFT = [
-    {"id": "a1", "speaker": "user", "session_id": "s1", "timestamp": "2023-01-05",
-     "text": "I live in Lisbon and I work as a nurse. I prefer tea over coffee."},
-    {"id": "a2", "speaker": "assistant", "session_id": "s1", "timestamp": "2023-01-05",
-     "text": "I love that! I prefer green tea myself."},
-    {"id": "a3", "speaker": "user", "session_id": "s2", "timestamp": "2023-03-01",
-     "text": "Can you suggest a cafe in Lisbon? I love oat milk lattes."},
-    {"id": "a4", "speaker": "user", "session_id": "s3", "timestamp": "2023-06-01",
-     "text": "I moved from Lisbon to Porto last month."},
-    {"id": "a5", "speaker": "tool", "session_id": "s3", "timestamp": "2023-06-01",
-     "text": "weather(Porto): 21C, sunny", "metadata": {"tool": "weather"}},
-]  # fmt: skip
+    {
+        "id": "a1",
+        "speaker": "user",
+        "session_id": "s1",
+        "timestamp": "2023-01-05",
+        "text": "I live in Lisbon and I work as a nurse. I prefer tea over coffee.",
+    },
+    {
+        "id": "a2",
+        "speaker": "assistant",
+        "session_id": "s1",
+        "timestamp": "2023-01-05",
+        "text": "I love that! I prefer green tea myself.",
+    },
+    {
+        "id": "a3",
+        "speaker": "user",
+        "session_id": "s2",
+        "timestamp": "2023-03-01",
+        "text": "Can you suggest a cafe in Lisbon? I love oat milk lattes.",
+    },
+    {
+        "id": "a4",
+        "speaker": "user",
+        "session_id": "s3",
+        "timestamp": "2023-06-01",
+        "text": "I moved from Lisbon to Porto last month.",
+    },
+    {
+        "id": "a5",
+        "speaker": "tool",
+        "session_id": "s3",
+        "timestamp": "2023-06-01",
+        "text": "weather(Porto): 21C, sunny",
+        "metadata": {"tool": "weather"},
+    },
+]
 
 
 @needs_minilm
@@ -313,8 +381,11 @@ def test_variants_and_settings_by_name():
 
 def traces(root: Path, memory: Memory, needle: str) -> dict[str, str]:
     """The files of the test's folder and, on PostgreSQL, of the store's database that still hold `needle`."""
-    return {f"{folder}/{name}": near for folder in store_roots(root, memory)
-            for name, near in files_containing(folder, needle).items()}  # fmt: skip
+    return {
+        f"{folder}/{name}": near
+        for folder in store_roots(root, memory)
+        for name, near in files_containing(folder, needle).items()
+    }
 
 
 # --------------------------------------------------------------------------- model extraction
@@ -345,8 +416,10 @@ def test_model_extraction_keeps_keys_in_vocabulary_and_refuses_ungrounded_values
     backend = Scripted(replies)
     client = LLMClient(backend)
     texts = ["My go-to is chai every morning.", "I play a Fender.", "Nice weather.", "ok", "I play a Fender."]
-    results = [model_candidates(client, [turn(t, f"m{i}", seq=i + 1)], "user", ["favourite drink"], None)
-               for i, t in enumerate(texts)]  # fmt: skip
+    results = [
+        model_candidates(client, [turn(t, f"m{i}", seq=i + 1)], "user", ["favourite drink"], None)
+        for i, t in enumerate(texts)
+    ]
     assert results[0][0][0].key == "favourite drink" and results[0][0][0].value == "chai"
     assert results[1][0][0].key == "guitar brand" and results[1][0][0].source == "model"
     assert [why for _, why in results[2:]] == ["ungrounded", "none", "bad key"]
@@ -365,9 +438,15 @@ def test_profile_llm_merges_model_and_rule_statements(tmp_path: Path):
     replies = [{"type": "preference", "key": "favourite drink", "new_key": "", "value": "chai", "confidence": 0.8}] * 3
     client = LLMClient(Scripted(replies))
     with Memory(store_target(tmp_path / "m.db"), engine="profile-llm", embedder=minilm(), llm=client) as memory:
-        memory.add([{"id": f"c{i}", "speaker": "user", "text": text} for i, text in
-                    enumerate(["My favourite drink is chai.", "Chai again today, my favourite.",
-                               "Had chai with Ana."])], user_id="u")  # fmt: skip
+        memory.add(
+            [
+                {"id": f"c{i}", "speaker": "user", "text": text}
+                for i, text in enumerate(
+                    ["My favourite drink is chai.", "Chai again today, my favourite.", "Had chai with Ana."]
+                )
+            ],
+            user_id="u",
+        )
         profile = memory.profile(user_id="u")
     assert list(profile["preferences"]) == ["favourite drink"]
     assert profile["preferences"]["favourite drink"]["evidence"] == ["c0", "c1", "c2"]
@@ -400,8 +479,7 @@ def test_profile_llm_runs_with_the_shipped_model(tmp_path: Path):
 # --------------------------------------------------------------------------- ChromaDB backend
 def chroma_engine(tmp_path: Path) -> ProfileEngine:
     pytest.importorskip("chromadb")
-    return ProfileEngine(ProfileConfig(backend="chroma", chroma_path=str(tmp_path / "chroma")),
-                         name="profile-chroma")  # fmt: skip
+    return ProfileEngine(ProfileConfig(backend="chroma", chroma_path=str(tmp_path / "chroma")), name="profile-chroma")
 
 
 SECRET = "I live in Valparaiso-Secretville and I work as a lighthouse keeper."
@@ -433,8 +511,13 @@ def test_chroma_records_are_isolated_per_namespace(tmp_path: Path, monkeypatch: 
 def test_chroma_delete_reaches_the_records_and_leaves_no_trace(tmp_path: Path):
     engine = chroma_engine(tmp_path)
     with Memory(store_target(tmp_path / "m.db"), engine=engine, embedder=HashingEmbedder(), llm=fake_llm()) as memory:
-        memory.add([{"id": "x1", "speaker": "user", "text": SECRET},
-                    {"id": "x2", "speaker": "user", "text": "I prefer quiet mornings."}], user_id="alice")  # fmt: skip
+        memory.add(
+            [
+                {"id": "x1", "speaker": "user", "text": SECRET},
+                {"id": "x2", "speaker": "user", "text": "I prefer quiet mornings."},
+            ],
+            user_id="alice",
+        )
         assert "Secretville" in json.dumps(memory.profile(user_id="alice"))
         assert files_containing(tmp_path / "chroma", "Secretville")
         memory.delete("x1", user_id="alice")
@@ -490,8 +573,12 @@ def test_chroma_backend_survives_a_kill_mid_ingest(tmp_path: Path):
     script = tmp_path / "writer.py"
     script.write_text(CRASH_WRITER)
     tests = str(Path(__file__).parent)
-    proc = subprocess.Popen([sys.executable, str(script), store_target(db), str(chroma), tests], stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": tests})  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, str(script), store_target(db), str(chroma), tests],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": tests},
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         if int(line) >= 30:

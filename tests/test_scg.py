@@ -216,8 +216,10 @@ def test_schema_and_graph_are_per_namespace(make_memory) -> None:
 
 
 def test_ablations_differ_from_the_default_where_they_should(make_memory) -> None:
-    engines = {name: make_memory(name, name=f"{name}.db") for name in
-               ("scg", "scg-noassim", "scg-hop0", "scg-hop2", "scg-noconstraint")}  # fmt: skip
+    engines = {
+        name: make_memory(name, name=f"{name}.db")
+        for name in ("scg", "scg-noassim", "scg-hop0", "scg-hop2", "scg-noconstraint")
+    }
     for memory in engines.values():
         memory.add(TALK, user_id="u")
     stats = {name: m.engine_stats(user_id="u") for name, m in engines.items()}
@@ -350,16 +352,32 @@ def test_the_benchmark_reports_the_schema_and_the_hallucination_rates(tmp_path) 
     from cuemem.bench.runner import BenchConfig, run
 
     turns = [{"speaker": t["speaker"], "dia_id": f"D1:{i + 1}", "text": t["text"]} for i, t in enumerate(TALK)]
-    qa = [{"question": "Who called about the adoption agency interview?", "answer": "the agency",
-           "evidence": ["D1:2"], "category": 4},
-          {"question": "What hangs next to the zeppelin bowls?", "answer": "the medal", "evidence": ["D1:5"],
-           "category": 1}]  # fmt: skip
+    qa = [
+        {
+            "question": "Who called about the adoption agency interview?",
+            "answer": "the agency",
+            "evidence": ["D1:2"],
+            "category": 4,
+        },
+        {
+            "question": "What hangs next to the zeppelin bowls?",
+            "answer": "the medal",
+            "evidence": ["D1:5"],
+            "category": 1,
+        },
+    ]
     conv = {"sample_id": "c1", "conversation": {"session_1_date_time": "1 May 2023", "session_1": turns}, "qa": qa}
     data = tmp_path / "l.json"
     data.write_text(json.dumps([conv]))
     store = store_target(tmp_path / "bench.db") if on_postgres() else None  # one store of all engines: a DSN's way
-    config = BenchConfig("locomo", data, tmp_path / "out", ["scg", "scg-noconstraint", "hybrid"],
-                         settings={"embedder": "hashing"}, store=store)  # fmt: skip
+    config = BenchConfig(
+        "locomo",
+        data,
+        tmp_path / "out",
+        ["scg", "scg-noconstraint", "hybrid"],
+        settings={"embedder": "hashing"},
+        store=store,
+    )
     results = run(config)
     scg, free = results["engines"]["scg"]["schema"], results["engines"]["scg-noconstraint"]["schema"]
     assert "schema" not in results["engines"]["hybrid"]

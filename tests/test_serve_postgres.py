@@ -55,9 +55,27 @@ def free_port() -> int:
 
 def serve(dsn: str, keys: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     """`cuemem serve` on the database in its own process group (so a kill reaches only it); waits for /healthz."""
-    command = [sys.executable, "-m", "cuemem.cli", "--db", dsn, "--engine", "hybrid", "--embedder", "hashing",
-               "serve", "--port", str(port), "--keys-file", str(keys), "--rate", "0", "--no-mcp",
-               "--log-level", "warning"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "cuemem.cli",
+        "--db",
+        dsn,
+        "--engine",
+        "hybrid",
+        "--embedder",
+        "hashing",
+        "serve",
+        "--port",
+        str(port),
+        "--keys-file",
+        str(keys),
+        "--rate",
+        "0",
+        "--no-mcp",
+        "--log-level",
+        "warning",
+    ]
     process = subprocess.Popen(command, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -107,8 +125,9 @@ class Load:
         for _attempt in range(2):
             server = home[0]
             if server not in conns:
-                conns[server] = httpx.Client(base_url=self.urls[server], headers={"X-API-Key": self.tokens[user]},
-                                             timeout=30)  # fmt: skip
+                conns[server] = httpx.Client(
+                    base_url=self.urls[server], headers={"X-API-Key": self.tokens[user]}, timeout=30
+                )
             try:
                 response: httpx.Response = request(conns[server])
             except httpx.HTTPError as exc:
@@ -148,8 +167,9 @@ class Load:
                             self.acked_after_kill += 1
             found = self.call(user, home, conns, lambda c: c.get("/v1/memories/search", params=QUERY))
             if found is not None and found.status_code == 200:
-                self.cross_key += [f"{user} saw {t}" for h in found.json()["hits"] for t in h["turn_ids"]
-                                   if owner(t) != user]  # fmt: skip
+                self.cross_key += [
+                    f"{user} saw {t}" for h in found.json()["hits"] for t in h["turn_ids"] if owner(t) != user
+                ]
             if self.acked[user]:
                 own = sorted(self.acked[user])[-1]
                 got = self.call(user, home, conns, lambda c, t=own: c.get(f"/v1/memories/{t}"))
@@ -170,8 +190,11 @@ def readable_through(url: str, load: Load) -> dict[str, list[str]]:
     missing: dict[str, list[str]] = {}
     for user, turns in load.acked.items():
         with httpx.Client(base_url=url, headers={"X-API-Key": load.tokens[user]}, timeout=30) as c:
-            lost = [tid for tid, text in turns.items() if (r := c.get(f"/v1/memories/{tid}")).status_code != 200
-                    or r.json()["text"] != text]  # fmt: skip
+            lost = [
+                tid
+                for tid, text in turns.items()
+                if (r := c.get(f"/v1/memories/{tid}")).status_code != 200 or r.json()["text"] != text
+            ]
             response = c.get("/v1/memories", params={"limit": 5000})
             listed = {t["id"] for t in response.json()} if response.status_code == 200 else set()
         lost += sorted(set(turns) - listed - set(lost))
@@ -193,8 +216,10 @@ def test_two_servers_one_database_kill_9_loses_nothing(dsn: str, tmp_path: Path)
     ]
     try:
         load = Load(urls, tokens)
-        threads = [threading.Thread(target=load.client, args=(n, user, users[(n + 1) % CLIENTS]), daemon=True)
-                   for n, user in enumerate(users)]  # fmt: skip
+        threads = [
+            threading.Thread(target=load.client, args=(n, user, users[(n + 1) % CLIENTS]), daemon=True)
+            for n, user in enumerate(users)
+        ]
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + 30
@@ -252,8 +277,9 @@ def test_a_stopped_database_is_a_503_and_service_resumes_when_it_returns(dsn: st
     port = free_port()
     server = serve(dsn, keys, port, tmp_path / "server.log")
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"},
-                          timeout=60) as client:  # fmt: skip
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"}, timeout=60
+        ) as client:
             assert add(client, [{"id": "before", "text": "the lantern is in the harbour shed"}]).status_code == 200
             with server_stopped("fast"):
                 for response in (

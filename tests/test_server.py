@@ -108,9 +108,19 @@ def test_health_metrics_and_openapi(server: Server) -> None:
         health = c.get("/healthz")
         assert health.status_code == 200 and health.json()["status"] == "ok"
         schema = c.get("/openapi.json").json()
-        for path in ("/v1/memories", "/v1/memories/search", "/v1/answer", "/v1/memories/{turn_id}",
-                     "/v1/sessions/{session_id}", "/v1/users/{user_id}", "/v1/export", "/v1/import", "/v1/history",
-                     "/v1/chat", "/v1/keys"):  # fmt: skip
+        for path in (
+            "/v1/memories",
+            "/v1/memories/search",
+            "/v1/answer",
+            "/v1/memories/{turn_id}",
+            "/v1/sessions/{session_id}",
+            "/v1/users/{user_id}",
+            "/v1/export",
+            "/v1/import",
+            "/v1/history",
+            "/v1/chat",
+            "/v1/keys",
+        ):
             assert path in schema["paths"], path
         assert "AddRequest" in schema["components"]["schemas"]
         c.get("/v1/memories/search", params={"q": "x"})  # a 401, to be counted
@@ -141,8 +151,12 @@ def test_add_search_get_delete_round_trip(server: Server) -> None:
         listed = c.get("/v1/memories", params={"session_id": "lisbon"}).json()
         assert [t["id"] for t in listed] == ["d1", "d2", "d3", "d4"]
         sessions = c.get("/v1/sessions").json()
-        assert {"session_id": "lisbon", "turns": 4, "first_timestamp": "2024-05-01",
-                "last_timestamp": "2024-05-01"} in sessions  # fmt: skip
+        assert {
+            "session_id": "lisbon",
+            "turns": 4,
+            "first_timestamp": "2024-05-01",
+            "last_timestamp": "2024-05-01",
+        } in sessions
 
         assert c.delete("/v1/memories/d4").json()["deleted"] == ["d4"]
         gone = c.get("/v1/memories/d4")
@@ -254,7 +268,10 @@ def test_admin_key_manages_keys_and_reads_no_memory(server: Server) -> None:
         assert c.get("/v1/keys").status_code == 403
     with server.client(token) as c:  # bound to (ivy, planner): its agent is filled in, another agent refused
         assert add(c, ["The planner key writes here."]).json()["namespace"] == {
-            "user_id": "ivy", "agent_id": "planner", "run_id": None}  # fmt: skip
+            "user_id": "ivy",
+            "agent_id": "planner",
+            "run_id": None,
+        }
         assert add(c, ["elsewhere"], agent_id="other").status_code == 403
         assert add(c, ["a run of the planner"], run_id="r1").json()["namespace"]["run_id"] == "r1"
         assert c.delete("/v1/users/ivy", params={"agent_id": "other"}).status_code == 403
@@ -289,13 +306,20 @@ def test_key_never_reaches_outside_its_prefix(server: Server) -> None:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    users=st.lists(st.text(st.characters(codec="utf-8", categories=["L", "N", "P", "S", "Zs"]), min_size=1,
-                           max_size=12).filter(str.strip), min_size=2, max_size=3, unique_by=lambda u: u.strip()),
+    users=st.lists(
+        st.text(st.characters(codec="utf-8", categories=["L", "N", "P", "S", "Zs"]), min_size=1, max_size=12).filter(
+            str.strip
+        ),
+        min_size=2,
+        max_size=3,
+        unique_by=lambda u: u.strip(),
+    ),
     turn_ids=st.lists(st.text("abc123-_", min_size=1, max_size=6), min_size=1, max_size=4, unique=True),
     seed=st.integers(0, 10_000),
-)  # fmt: skip
-def test_property_zero_cross_key_reads_or_deletes(server: Server, users: list[str], turn_ids: list[str],
-                                                  seed: int) -> None:  # fmt: skip
+)
+def test_property_zero_cross_key_reads_or_deletes(
+    server: Server, users: list[str], turn_ids: list[str], seed: int
+) -> None:
     """Random users (any letters), keys and turn ids, the same ids in every namespace: each key reads, lists,
     searches and deletes only its own turns, whatever ids the requests name."""
     import unicodedata
@@ -335,37 +359,68 @@ def test_property_zero_cross_key_reads_or_deletes(server: Server, users: list[st
     [
         ("post", "/v1/memories", {"content": b"{not json", "headers": JSON}, 422, "invalid_request", "not valid JSON"),
         ("post", "/v1/memories", {"content": b'{"messages": ["ok"]}'}, 422, "invalid_request", "a JSON object"),
-        ("post", "/v1/memories", {"content": b"\xff\xfe\x00garbage", "headers": JSON}, 422, "invalid_request",
-         "not valid JSON"),
-        ("post", "/v1/memories", {"content": '{"messages": ["caf\u00e9"]}'.encode("latin-1"), "headers": JSON}, 400,
-         "invalid_request", "UTF-8"),
+        (
+            "post",
+            "/v1/memories",
+            {"content": b"\xff\xfe\x00garbage", "headers": JSON},
+            422,
+            "invalid_request",
+            "not valid JSON",
+        ),
+        (
+            "post",
+            "/v1/memories",
+            {"content": '{"messages": ["caf\u00e9"]}'.encode("latin-1"), "headers": JSON},
+            400,
+            "invalid_request",
+            "UTF-8",
+        ),
         ("post", "/v1/memories", {"json": {"messages": []}}, 422, "invalid_request", "messages"),
         ("post", "/v1/memories", {"json": {"messages": ["   "]}}, 422, "invalid_turn", "empty"),
         ("post", "/v1/memories", {"json": {"messages": ["ok"], "colour": "red"}}, 422, "invalid_request", "colour"),
-        ("post", "/v1/memories", {"json": {"messages": [{"text": "x", "metadata": [1]}]}}, 422, "invalid_request",
-         "metadata"),
+        (
+            "post",
+            "/v1/memories",
+            {"json": {"messages": [{"text": "x", "metadata": [1]}]}},
+            422,
+            "invalid_request",
+            "metadata",
+        ),
         ("post", "/v1/memories", {"json": {"messages": ["x"] * 51}}, 422, "invalid_request", "limit is 50"),
         ("post", "/v1/memories", {"json": {"messages": ["x" * 70_000]}}, 413, "too_large", "65536"),
         ("post", "/v1/memories", {"json": {"messages": ["x"], "user_id": " "}}, 400, "bad_request", "user_id"),
-        ("post", "/v1/memories", {"json": {"messages": [{"text": "x", "id": "y" * 1001}]}}, 422, "invalid_turn",
-         "longer than 1,000"),
+        (
+            "post",
+            "/v1/memories",
+            {"json": {"messages": [{"text": "x", "id": "y" * 1001}]}},
+            422,
+            "invalid_turn",
+            "longer than 1,000",
+        ),
         ("get", "/v1/memories/search", {"params": {"q": "x", "k": 0}}, 422, "invalid_request", "k must be"),
         ("get", "/v1/memories/search", {"params": {"q": "x", "k": 101}}, 422, "invalid_request", "k must be"),
         ("get", "/v1/memories/search", {"params": {"q": "x", "k": "many"}}, 422, "invalid_request", "k"),
         ("get", "/v1/memories/search", {"params": {"q": "  "}}, 422, "invalid_request", "non-empty"),
         ("get", "/v1/memories/search", {"params": {"q": "x" * 5000}}, 422, "invalid_request", "limit is 4000"),
         ("get", "/v1/memories/search", {"params": {"q": "x", "engine": "nope"}}, 400, "unknown_engine", "nope"),
-        ("get", "/v1/memories/search", {"params": {"q": "x", "budget_tokens": 10**9}}, 422, "invalid_request",
-         "budget_tokens"),
+        (
+            "get",
+            "/v1/memories/search",
+            {"params": {"q": "x", "budget_tokens": 10**9}},
+            422,
+            "invalid_request",
+            "budget_tokens",
+        ),
         ("get", "/v1/memories/search", {}, 422, "invalid_request", "q"),
         ("post", "/v1/answer", {"json": {"question": ""}}, 422, "invalid_request", "question"),
         ("get", "/v1/memories", {"params": {"limit": -1}}, 422, "invalid_request", "limit"),
         ("get", "/v1/nowhere", {}, 404, "not_found", "Not Found"),
         ("put", "/v1/memories", {}, 405, "method_not_allowed", "Method"),
     ],
-)  # fmt: skip
-def test_bad_input_gets_a_clear_4xx(server: Server, method: str, path: str, kwargs: dict[str, Any], status: int,
-                                    kind: str, says: str) -> None:  # fmt: skip
+)
+def test_bad_input_gets_a_clear_4xx(
+    server: Server, method: str, path: str, kwargs: dict[str, Any], status: int, kind: str, says: str
+) -> None:
     with server.client(server.alice) as c:
         add(c, ["Alice has memories, so her namespace exists."])
         response = getattr(c, method)(path, **kwargs)
@@ -404,10 +459,14 @@ def test_library_messages_reach_the_client(server: Server) -> None:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(body=st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-                         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                     max_size=3), max_leaves=12),
-       route=st.sampled_from(["/v1/memories", "/v1/answer", "/v1/chat", "/v1/keys"]))  # fmt: skip
+@given(
+    body=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+        max_leaves=12,
+    ),
+    route=st.sampled_from(["/v1/memories", "/v1/answer", "/v1/chat", "/v1/keys"]),
+)
 def test_fuzzed_bodies_never_get_a_500(server: Server, body: Any, route: str) -> None:
     with server.client(server.alice) as c:
         response = c.post(route, content=json.dumps(body, allow_nan=True))
@@ -479,10 +538,19 @@ def chromium() -> str | None:
 def run_chromium(binary: str, tmp_path: Path, *args: str) -> Any:
     import subprocess
 
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium-profile'}",
-             "--virtual-time-budget=8000"]  # fmt: skip
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--virtual-time-budget=8000",
+    ]
     return subprocess.run([binary, *flags, *args], capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -579,8 +647,10 @@ def test_chat_turns_use_memory_and_are_counted(server: Server) -> None:
         turn = first.json()
         assert isinstance(turn["reply"], str) and turn["reply"]
         assert {"latency_s", "tool_calls", "memory_hit", "prompt_tokens"} <= set(turn["metrics"])
-        assert all(step["tool"] in {"search_memory", "store_memory", "recall_profile", "calculator", "clock",
-                                    "file_search"} for step in turn["steps"])  # fmt: skip
+        assert all(
+            step["tool"] in {"search_memory", "store_memory", "recall_profile", "calculator", "clock", "file_search"}
+            for step in turn["steps"]
+        )
         stored = {t["id"] for t in c.get("/v1/memories").json()}
         assert set(turn["stored_turn_ids"]) <= stored and len(stored) > 1
         before = len(stored)
@@ -617,10 +687,28 @@ def test_kill_9_mid_load_loses_no_acknowledged_write(tmp_path: Path) -> None:
     ring.close()
 
     def start(port: int) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-m", "cuemem.cli", "--db", str(db), "--engine", "bm25", "--embedder", "hashing",
-                   "serve", "--port", str(port), "--rate", "0", "--no-mcp", "--log-level", "warning"]  # fmt: skip
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   start_new_session=True)  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "cuemem.cli",
+            "--db",
+            str(db),
+            "--engine",
+            "bm25",
+            "--embedder",
+            "hashing",
+            "serve",
+            "--port",
+            str(port),
+            "--rate",
+            "0",
+            "--no-mcp",
+            "--log-level",
+            "warning",
+        ]
+        process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:

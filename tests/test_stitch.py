@@ -1,4 +1,4 @@
-"""Engine `stitch` (DESIGN.md design 1): vocabularies, merges, coreference, restart, model mode, retrieval."""
+"""Engine `stitch` (docs/design.md design 1): vocabularies, merges, coreference, restart, model mode, retrieval."""
 
 from __future__ import annotations
 
@@ -51,8 +51,15 @@ def conversation(n_sessions: int = 4, per_session: int = 12, seed: int = 0) -> l
         for i in range(per_session):
             speaker, text = lines[(i + s) % len(lines)]
             text = text.format(d=s + 1, p=90 + 10 * s, day=rng.choice(["Monday", "Friday"]))
-            turns.append({"id": f"s{s}t{i}", "speaker": speaker, "text": text, "session_id": f"S{s}",
-                          "timestamp": f"2023-05-{10 + s:02d}"})  # fmt: skip
+            turns.append(
+                {
+                    "id": f"s{s}t{i}",
+                    "speaker": speaker,
+                    "text": text,
+                    "session_id": f"S{s}",
+                    "timestamp": f"2023-05-{10 + s:02d}",
+                }
+            )
     return turns
 
 
@@ -79,8 +86,15 @@ def small(name: str = "stitch", **overrides) -> StitchEngine:
 
 @no_store
 def test_variants_are_registered_engines():
-    for name in ("stitch", "stitch-llm", "stitch-strict", "stitch-noscope", "stitch-noevent", "stitch-noentity",
-                 "stitch-nocoref"):  # fmt: skip
+    for name in (
+        "stitch",
+        "stitch-llm",
+        "stitch-strict",
+        "stitch-noscope",
+        "stitch-noevent",
+        "stitch-noentity",
+        "stitch-nocoref",
+    ):
         engine = get_engine(name)
         assert isinstance(engine, StitchEngine) and engine.name == name
     assert not get_engine("stitch-noscope").config.use_scope
@@ -166,8 +180,10 @@ def test_label_embeddings_are_cached_across_merges(make_memory):
         "film",
         "brew",
     ]
-    turns = [{"id": f"v{i}", "speaker": "Maya", "text": f"On Sunday I {v} with my sister in Lisbon."}
-             for i, v in enumerate(verbs)]  # fmt: skip
+    turns = [
+        {"id": f"v{i}", "speaker": "Maya", "text": f"On Sunday I {v} with my sister in Lisbon."}
+        for i, v in enumerate(verbs)
+    ]
     embedder = Counting()
     memory = make_memory(small(k_update=6), embedder=embedder)
     memory.add(turns, user_id="u")  # four merges, each with new labels to compare with the old ones

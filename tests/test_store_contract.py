@@ -77,10 +77,13 @@ def pg_fingerprint(dsn: str) -> dict[str, Any]:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         extensions = sorted(r[0] for r in conn.execute("SELECT extname FROM pg_extension"))
-        relations = sorted(conn.execute(
-            "SELECT n.nspname, c.relname, c.relkind::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'"
-        ).fetchall())  # fmt: skip
+        relations = sorted(
+            conn.execute(
+                "SELECT n.nspname, c.relname, c.relkind::text FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'"
+            ).fetchall()
+        )
         rows = {
             f"{schema}.{name}": conn.execute(
                 f'SELECT md5(COALESCE(string_agg(t::text, chr(10) ORDER BY t::text), \'\')) FROM "{schema}"."{name}" t'
@@ -154,8 +157,14 @@ def test_reading_a_read_only_store_never_writes_on_postgres(tmp_path: Path, engi
     pg_execute(dsn, f"DROP ROLE IF EXISTS {role}", f"CREATE ROLE {role} LOGIN", *grants)
     reader_dsn = dsn + ("&" if "?" in dsn else "?") + f"user={role}"  # (a query parameter wins over the URI's user)
     try:
-        with Memory(reader_dsn, engine=engine, read_only=True, embedder=make_memory_kwargs()["embedder"],
-                    llm=make_memory_kwargs()["llm"], llm_cache=str(tmp_path / "llm-calls.db")) as memory:  # fmt: skip
+        with Memory(
+            reader_dsn,
+            engine=engine,
+            read_only=True,
+            embedder=make_memory_kwargs()["embedder"],
+            llm=make_memory_kwargs()["llm"],
+            llm_cache=str(tmp_path / "llm-calls.db"),
+        ) as memory:
             assert memory.store.read_only and memory.store._query("SELECT current_user")[0][0] == role
             assert "d3" in memory.search("allergic to shellfish", user_id="alice", k=4).turn_ids
             memory.answer("Who is allergic to shellfish?", user_id="alice")
@@ -296,11 +305,14 @@ def test_tables_of_another_application_are_left_untouched_on_postgres(tmp_path: 
     keeps to its schema `cuemem`); a schema `cuemem` that another application made (its own `meta` table) is refused
     untouched, nothing created first (not even the pgvector extension)."""
     dsn = store_target(tmp_path / "other.db")
-    pg_execute(dsn, f"CREATE SCHEMA IF NOT EXISTS {owner}",
-               f"CREATE TABLE {owner}.meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-               f"INSERT INTO {owner}.meta VALUES('app', 'inventory'), ('version', '7')",
-               f"CREATE TABLE {owner}.customers(id INTEGER PRIMARY KEY, name TEXT NOT NULL)",
-               f"INSERT INTO {owner}.customers VALUES(1, 'Ada'), (2, 'Grace')")  # fmt: skip
+    pg_execute(
+        dsn,
+        f"CREATE SCHEMA IF NOT EXISTS {owner}",
+        f"CREATE TABLE {owner}.meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        f"INSERT INTO {owner}.meta VALUES('app', 'inventory'), ('version', '7')",
+        f"CREATE TABLE {owner}.customers(id INTEGER PRIMARY KEY, name TEXT NOT NULL)",
+        f"INSERT INTO {owner}.customers VALUES(1, 'Ada'), (2, 'Grace')",
+    )
     before = pg_fingerprint(dsn)
     error: Exception | None = None
     try:
@@ -455,15 +467,36 @@ CREATE INDEX IF NOT EXISTS history_by_ns ON history(ns, id);
 """
 
 V1_TURNS = [  # (namespace, turn id, session, speaker, text, timestamp, metadata)
-    (("alice", "", ""), "d1", "s1", "Maya", "Day 1 is the Apollo Hotel near Rossio, 120 euros a night.", "2024-03-03",
-     {}),
-    (("alice", "", ""), "d2", "s1", "Maya", "For Day 2 I booked Casa Azul in Alfama, 95 euros a night.", None,
-     {"blip_caption": "a blue door"}),
-    (("alice", "", ""), "d3", "s2", "Theo", "Lena is allergic to shellfish, be careful at Ramiro.", "2024-03-04",
-     {"lang": "en"}),
+    (
+        ("alice", "", ""),
+        "d1",
+        "s1",
+        "Maya",
+        "Day 1 is the Apollo Hotel near Rossio, 120 euros a night.",
+        "2024-03-03",
+        {},
+    ),
+    (
+        ("alice", "", ""),
+        "d2",
+        "s1",
+        "Maya",
+        "For Day 2 I booked Casa Azul in Alfama, 95 euros a night.",
+        None,
+        {"blip_caption": "a blue door"},
+    ),
+    (
+        ("alice", "", ""),
+        "d3",
+        "s2",
+        "Theo",
+        "Lena is allergic to shellfish, be careful at Ramiro.",
+        "2024-03-04",
+        {"lang": "en"},
+    ),
     (("alice", "agent1", "r1"), "r1", "run", "tool", "The weather API says 21 degrees in Lisbon.", None, {}),
     (("bob", "", ""), "b1", "default", "user", "Bob keeps his bike in the hall. 東京 ✓", None, {}),
-]  # fmt: skip
+]
 
 
 def write_v1_store(path: Path) -> None:
@@ -482,8 +515,10 @@ def write_v1_store(path: Path) -> None:
             " VALUES(?,?,?,?,?,?,?,?)",
             (ids[key], turn_id, session, speaker, text, stamp, json.dumps(meta, ensure_ascii=False), 1.7e9),
         )
-        con.execute("INSERT INTO history(ns, at, op, detail) VALUES(?,?,?,?)",
-                    (ids[key], 1.7e9, "add", json.dumps({"turn_ids": [turn_id], "skipped": 0})))  # fmt: skip
+        con.execute(
+            "INSERT INTO history(ns, at, op, detail) VALUES(?,?,?,?)",
+            (ids[key], 1.7e9, "add", json.dumps({"turn_ids": [turn_id], "skipped": 0})),
+        )
     con.commit()
     con.close()
 
@@ -498,14 +533,22 @@ def test_an_old_store_is_migrated_and_keeps_every_turn(tmp_path: Path, engine: s
             where = {"user_id": key[0], "agent_id": key[1] or None, "run_id": key[2] or None}
             turn = memory.get(turn_id, **where)
             assert (turn.text, turn.session_id, turn.speaker, turn.timestamp, turn.metadata) == (
-                text, session, speaker, stamp, meta)  # fmt: skip
+                text,
+                session,
+                speaker,
+                stamp,
+                meta,
+            )
         assert [t.id for t in memory.turns(user_id="alice")] == ["d1", "d2", "d3"]
         assert "d3" in memory.search("allergic to shellfish", user_id="alice", k=3).turn_ids
         assert memory.store.integrity_check() == "ok"
     with open_memory(db, engine) as again:  # the migrated store opens as a current one
         assert len(again.turns(user_id="alice")) == 3
         assert {(ns.user_id, ns.agent_id, ns.run_id): n for ns, n in again.namespaces()} == {
-            ("alice", None, None): 3, ("alice", "agent1", "r1"): 1, ("bob", None, None): 1}  # fmt: skip
+            ("alice", None, None): 3,
+            ("alice", "agent1", "r1"): 1,
+            ("bob", None, None): 1,
+        }
 
 
 def test_a_deleted_turn_leaves_no_byte_in_the_store_file(tmp_path: Path):
@@ -708,10 +751,14 @@ def test_old_namespace_ids_are_normalised_or_kept_reachable_by_the_migration(tmp
     write_v1_store(path)
     con = sqlite3.connect(path)
     for user in (" dora ", "cafe\u0301", "ali\u202ece"):
-        ns = con.execute("INSERT INTO namespaces(user_id, agent_id, run_id, created_at) VALUES(?,'','',1.7e9)",
-                         (user,)).lastrowid  # fmt: skip
-        con.execute("INSERT INTO turns(ns, turn_id, session_id, speaker, text, timestamp, metadata, added_at)"
-                    " VALUES(?,?,?,?,?,NULL,'{}',1.7e9)", (ns, "t1", "s", "user", f"a turn of {user}"))  # fmt: skip
+        ns = con.execute(
+            "INSERT INTO namespaces(user_id, agent_id, run_id, created_at) VALUES(?,'','',1.7e9)", (user,)
+        ).lastrowid
+        con.execute(
+            "INSERT INTO turns(ns, turn_id, session_id, speaker, text, timestamp, metadata, added_at)"
+            " VALUES(?,?,?,?,?,NULL,'{}',1.7e9)",
+            (ns, "t1", "s", "user", f"a turn of {user}"),
+        )
     con.commit()
     con.close()
     with open_memory(path, "bm25") as memory:

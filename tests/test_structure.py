@@ -58,12 +58,24 @@ def test_a_nickname_or_first_name_in_the_query_boosts_that_persons_turns(make_me
 
 def test_a_date_window_in_the_query_boosts_the_turns_of_that_period(make_memory):
     memory = make_memory("hybrid", date_boost=1.0)
-    memory.add({"id": "may", "text": "We went to the park with the dog."}, user_id="u", session_id="a",
-               timestamp="1:56 pm on 8 May, 2023")  # fmt: skip
-    memory.add({"id": "june", "text": "We went to the park with the kids."}, user_id="u", session_id="b",
-               timestamp="01.06.2023, 18:13:08")  # fmt: skip
-    memory.add({"id": "later", "text": "We went to the park again."}, user_id="u", session_id="c",
-               timestamp="2023/07/20 (Thu) 09:00")  # fmt: skip
+    memory.add(
+        {"id": "may", "text": "We went to the park with the dog."},
+        user_id="u",
+        session_id="a",
+        timestamp="1:56 pm on 8 May, 2023",
+    )
+    memory.add(
+        {"id": "june", "text": "We went to the park with the kids."},
+        user_id="u",
+        session_id="b",
+        timestamp="01.06.2023, 18:13:08",
+    )
+    memory.add(
+        {"id": "later", "text": "We went to the park again."},
+        user_id="u",
+        session_id="c",
+        timestamp="2023/07/20 (Thu) 09:00",
+    )
     june = memory.search("Where did we go in June 2023?", user_id="u", k=3).hits
     assert june[0].turn_ids == ["june"] and june[0].detail["structure"]["window"] == "June 2023"
     may = memory.search("Where did we go on 8 May 2023?", user_id="u", k=3).hits
@@ -75,8 +87,13 @@ def test_a_date_window_in_the_query_boosts_the_turns_of_that_period(make_memory)
 
 
 def test_relative_dates_resolve_against_the_turns_own_date_and_show_in_the_hit():
-    turn = Turn(id="t", text="I went to the support group yesterday and again two weeks ago.", speaker="Caroline",
-                session_id="D1", timestamp="1:56 pm on 8 May, 2023")  # fmt: skip
+    turn = Turn(
+        id="t",
+        text="I went to the support group yesterday and again two weeks ago.",
+        speaker="Caroline",
+        session_id="D1",
+        timestamp="1:56 pm on 8 May, 2023",
+    )
     meta = turn_fields(turn)
     assert meta["date"] == "2023-05-08T13:56:00" and meta["speaker"] == "Caroline"
     assert meta["dates"][0][:3] == ["2023-05-07", "2023-05-07", "day"]
@@ -104,12 +121,22 @@ def hit(tid: str, session: str, when: str | None, tokens: int = 10) -> Hit:
 
 def test_the_packer_prints_one_date_header_per_session_block_in_date_order():
     old = Hit(text="[old] x", score=0.5, turn_ids=["o"], tokens=3)
-    hits = [hit("b1", "B", "2023-06-01T00:00:00"), hit("a1", "A", "2023-05-08T13:56:00"),
-            hit("b2", "B", "2023-06-01T00:00:00"), old]  # fmt: skip
+    hits = [
+        hit("b1", "B", "2023-06-01T00:00:00"),
+        hit("a1", "A", "2023-05-08T13:56:00"),
+        hit("b2", "B", "2023-06-01T00:00:00"),
+        old,
+    ]
     block, ids = context_block(hits)
     lines = block.splitlines()
-    assert lines == ["## 8 May 2023 (session A)", "[a1] A: words of a1", "## 1 June 2023 (session B)",
-                     "[b1] A: words of b1", "[b2] A: words of b2", "[o] [old] x"]  # fmt: skip
+    assert lines == [
+        "## 8 May 2023 (session A)",
+        "[a1] A: words of a1",
+        "## 1 June 2023 (session B)",
+        "[b1] A: words of b1",
+        "[b2] A: words of b2",
+        "[o] [old] x",
+    ]
     assert set(ids) == {"a1", "b1", "b2", "o"}
     assert packed_tokens(hits) == 33 + 2 * 9  # each block's heading at its recorded cost
     # the header is charged with a block's first hit only
@@ -193,13 +220,18 @@ def test_the_model_reranker_reorders_the_head_and_a_failing_model_keeps_the_rank
     off.add(HOPS, user_id="u")
     baseline = off.search(query, user_id="u", k=6).turn_ids
     backend = OverlapBackend()
-    on = make_memory("hybrid", name="on.db", llm=LLMClient(backend), rerank="model", rerank_depth=6,
-                     rerank_weight=3.0)  # fmt: skip
+    on = make_memory("hybrid", name="on.db", llm=LLMClient(backend), rerank="model", rerank_depth=6, rerank_weight=3.0)
     on.add(HOPS, user_id="u")
     reranked = on.search(query, user_id="u", k=6).turn_ids
     assert backend.calls == 2 and reranked[0] == "h2" and set(reranked) == set(baseline)
-    down = make_memory("hybrid", name="down.db", llm=LLMClient(OverlapBackend(down=True)), rerank="model",
-                       rerank_depth=6, llm_retries=0)  # fmt: skip
+    down = make_memory(
+        "hybrid",
+        name="down.db",
+        llm=LLMClient(OverlapBackend(down=True)),
+        rerank="model",
+        rerank_depth=6,
+        llm_retries=0,
+    )
     down.add(HOPS, user_id="u")
     assert down.search(query, user_id="u", k=6).turn_ids == baseline
 

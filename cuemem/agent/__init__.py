@@ -1,4 +1,4 @@
-"""The memory agent (DESIGN.md design 3, issue 17): a ReAct loop choosing among memory tools (search_memory,
+"""The memory agent (docs/design.md design 3, issue 17): a ReAct loop choosing among memory tools (search_memory,
 store_memory, recall_profile) and ordinary tools (calculator, clock, file_search) by constrained choice, with a
 per-turn tool budget, graceful degradation and per-turn metrics.
 

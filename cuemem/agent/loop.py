@@ -1,4 +1,4 @@
-"""The memory agent's ReAct loop (DESIGN.md design 3, issue 17): at each step the model picks the next action by a
+"""The memory agent's ReAct loop (docs/design.md design 3, issue 17): at each step the model picks the next action by a
 constrained choice among tool names and "answer"; tools run with arguments derived from the message; the reply is
 written from the tool observations and cites the memory turns it uses; failures degrade the turn, never end it.
 
@@ -220,8 +220,15 @@ class Agent:
             return ["search_memory", ANSWER]
         return [ANSWER]
 
-    def _act(self, client: LLMClient | None, message: str, moment: datetime, stamp: str, result: AgentTurn,
-             observations: list[_Observation]) -> bool:  # fmt: skip
+    def _act(
+        self,
+        client: LLMClient | None,
+        message: str,
+        moment: datetime,
+        stamp: str,
+        result: AgentTurn,
+        observations: list[_Observation],
+    ) -> bool:
         """The ReAct steps (design 3): choose an action among the options, run it, observe; stop at "answer" or
         at the tool budget. Returns whether store_memory stored the whole message."""
         cued = tools.cues(message, memory=self.memory_enabled, files=self.files_root is not None)
@@ -255,8 +262,14 @@ class Agent:
                 result.degraded.append(f"{what}: {call.error}; answered without it")
         return stored_message
 
-    def _decide(self, client: LLMClient | None, message: str, options: list[str], observations: list[_Observation],
-                cued: list[str]) -> tuple[str, str]:  # fmt: skip
+    def _decide(
+        self,
+        client: LLMClient | None,
+        message: str,
+        options: list[str],
+        observations: list[_Observation],
+        cued: list[str],
+    ) -> tuple[str, str]:
         """The next action: the only option ("rule"), the model's constrained choice among the options ("model"),
         or, by the fixed policy, when the policy is "rules" or the model fails ("fallback")."""
         if len(options) == 1:
@@ -277,8 +290,9 @@ class Agent:
             return _fixed(options, cued), "fallback"
         return choice, "model"
 
-    def _calibrated_choice(self, client: LLMClient, message: str, options: list[str],
-                           observations: list[_Observation]) -> str:  # fmt: skip
+    def _calibrated_choice(
+        self, client: LLMClient, message: str, options: list[str], observations: list[_Observation]
+    ) -> str:
         """The model's constrained choice: every option's log-probability for this message minus its
         log-probability for a content-free one (the option list's baseline, computed once per agent)."""
         ranked = client.choose(_choice_prompt(message, options, observations), options, k=len(options))
@@ -290,8 +304,9 @@ class Agent:
         scored = [(_logprob(c.logprob) - baseline.get(c.option, 0.0), c.option) for c in ranked]
         return max(scored, key=lambda s: s[0])[1]
 
-    def _run(self, tool: str, message: str, moment: datetime, stamp: str,
-             by: str) -> tuple[ToolCall, _Observation | None]:  # fmt: skip
+    def _run(
+        self, tool: str, message: str, moment: datetime, stamp: str, by: str
+    ) -> tuple[ToolCall, _Observation | None]:
         """Run one tool with arguments derived from the message; any exception becomes a failed call."""
         args: dict[str, Any] = {}
         start = time.perf_counter()
@@ -326,8 +341,17 @@ class Agent:
                 log.warning("agent: %s failed: %s", tool, exc, exc_info=log.isEnabledFor(logging.DEBUG))
             call = ToolCall(tool, args, False, _reason(exc), time.perf_counter() - start, "", 0, by)
             return call, None
-        call = ToolCall(tool, args, True, "", time.perf_counter() - start, _summary(out.text), out.found, by,
-                        list(dict.fromkeys(out.turn_ids)))  # fmt: skip
+        call = ToolCall(
+            tool,
+            args,
+            True,
+            "",
+            time.perf_counter() - start,
+            _summary(out.text),
+            out.found,
+            by,
+            list(dict.fromkeys(out.turn_ids)),
+        )
         hits = list(zip(out.turn_ids, out.detail.get("texts", []), strict=False))
         return call, _Observation(tool, out.text, out.value, hits)
 
@@ -403,8 +427,14 @@ class Agent:
         turns.append({"speaker": "assistant", "text": _with_notes(reply, result.degraded)})
         result.stored_turn_ids.extend(self._stored)
         try:
-            added = self.memory.add(turns, user_id=ns.user_id, agent_id=ns.agent_id, run_id=ns.run_id,
-                                    session_id=self.session_id, timestamp=stamp)  # fmt: skip
+            added = self.memory.add(
+                turns,
+                user_id=ns.user_id,
+                agent_id=ns.agent_id,
+                run_id=ns.run_id,
+                session_id=self.session_id,
+                timestamp=stamp,
+            )
         except Exception as exc:
             log.warning("agent: could not store the turn: %s", exc)
             result.degraded.append(f"memory could not save this exchange: {_reason(exc)}")
@@ -413,8 +443,14 @@ class Agent:
         return reply
 
     # ------------------------------------------------------------------ replying
-    def _reply(self, client: LLMClient | None, message: str, moment: datetime, result: AgentTurn,
-               observations: list[_Observation]) -> str:  # fmt: skip
+    def _reply(
+        self,
+        client: LLMClient | None,
+        message: str,
+        moment: datetime,
+        result: AgentTurn,
+        observations: list[_Observation],
+    ) -> str:
         """The reply (design 3): the model writes it from the observations; exact tool results it leaves out are
         quoted after it; with no model, a plain summary of the observations."""
         if client is not None:
@@ -508,8 +544,13 @@ QUESTION_SYSTEM = (
 STATEMENT_SYSTEM = "You are a friendly assistant. Acknowledge the user's message in one short sentence."
 
 
-def _reply_prompt(message: str, moment: datetime, observations: list[_Observation], history: list[tuple[str, str]],
-                  degraded: list[str]) -> list[dict[str, str]]:  # fmt: skip
+def _reply_prompt(
+    message: str,
+    moment: datetime,
+    observations: list[_Observation],
+    history: list[tuple[str, str]],
+    degraded: list[str],
+) -> list[dict[str, str]]:
     """The reply prompt (shaped for small models, like the reader's): a question is answered in a few words from
     notes — memory hits with their turn ids, tool results, the user's last messages in this conversation — and a
     statement is acknowledged in one sentence."""
@@ -550,8 +591,11 @@ def _clean_reply(text: str, limit: int = 400) -> str:
 
 def _with_values(text: str, observations: list[_Observation]) -> str:
     """The reply, with each exact tool result (calculator, clock) it does not contain quoted after it."""
-    extra = [f"({o.tool}: {o.value})" for o in observations if o.tool in ("calculator", "clock") and o.value
-             and o.value.lower() not in text.lower()]  # fmt: skip
+    extra = [
+        f"({o.tool}: {o.value})"
+        for o in observations
+        if o.tool in ("calculator", "clock") and o.value and o.value.lower() not in text.lower()
+    ]
     return " ".join([text, *extra])
 
 

@@ -1,4 +1,4 @@
-"""What an agent turn did and cost (DESIGN.md design 3: tool success, memory hit rate, latency and tokens are
+"""What an agent turn did and cost (docs/design.md design 3: tool success, memory hit rate, latency and tokens are
 recorded): `ToolCall`, `AgentTurn`, and the `AgentMetrics` aggregator the server renders as Prometheus text."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The agent's ordinary tools (DESIGN.md design 3, issue 17): a safe calculator, a clock with date arithmetic and a
+"""The agent's ordinary tools (docs/design.md design 3, issue 17): a safe calculator, a clock with date arithmetic and a
 file search confined to one folder, plus the cues that say which tools a message calls for.
 
 Arguments are derived from the user's message by deterministic parsers, never by executing model output: the

@@ -44,32 +44,136 @@ CHOICE = 0.35  # chance that a place is settled by two options and a reference t
 SMALL_TALK = 0.18  # chance of small talk between acts
 
 # ------------------------------------------------------------------------------------------------ vocabularies
-CITIES = ["Lisbon", "Porto", "Seville", "Valencia", "Bologna", "Verona", "Lyon", "Nantes", "Ghent", "Bruges",
-          "Krakow", "Gdansk"]  # fmt: skip
-CLIENTS = ["Northwind", "Bluefin", "Redwood", "Ironbark", "Silverline", "Greenleaf", "Harbor", "Summit", "Oakridge",
-           "Brightwater", "Keystone", "Lighthouse", "Westwind", "Copperfield", "Stonebridge", "Maplewood"]  # fmt: skip
-CODES = ["Atlas", "Apollo", "Aurora", "Orion", "Falcon", "Phoenix", "Delta", "Nova", "Zephyr", "Comet", "Vega",
-         "Titan", "Helios", "Meridian", "Polaris", "Quartz"]  # fmt: skip
-PEOPLE = ["Ana", "Anna", "Marta", "Marco", "Mario", "Maria", "Bruno", "Bruna", "Lena", "Leon", "Nina", "Nico",
-          "Sara", "Sam", "Tomas", "Tom", "Irene", "Ines", "Paulo", "Paula", "Rui", "Rita", "Hugo", "Hana", "Eva",
-          "Elias", "Clara", "Carl", "Dora", "Dario"]  # fmt: skip
+CITIES = [
+    "Lisbon",
+    "Porto",
+    "Seville",
+    "Valencia",
+    "Bologna",
+    "Verona",
+    "Lyon",
+    "Nantes",
+    "Ghent",
+    "Bruges",
+    "Krakow",
+    "Gdansk",
+]
+CLIENTS = [
+    "Northwind",
+    "Bluefin",
+    "Redwood",
+    "Ironbark",
+    "Silverline",
+    "Greenleaf",
+    "Harbor",
+    "Summit",
+    "Oakridge",
+    "Brightwater",
+    "Keystone",
+    "Lighthouse",
+    "Westwind",
+    "Copperfield",
+    "Stonebridge",
+    "Maplewood",
+]
+CODES = [
+    "Atlas",
+    "Apollo",
+    "Aurora",
+    "Orion",
+    "Falcon",
+    "Phoenix",
+    "Delta",
+    "Nova",
+    "Zephyr",
+    "Comet",
+    "Vega",
+    "Titan",
+    "Helios",
+    "Meridian",
+    "Polaris",
+    "Quartz",
+]
+PEOPLE = [
+    "Ana",
+    "Anna",
+    "Marta",
+    "Marco",
+    "Mario",
+    "Maria",
+    "Bruno",
+    "Bruna",
+    "Lena",
+    "Leon",
+    "Nina",
+    "Nico",
+    "Sara",
+    "Sam",
+    "Tomas",
+    "Tom",
+    "Irene",
+    "Ines",
+    "Paulo",
+    "Paula",
+    "Rui",
+    "Rita",
+    "Hugo",
+    "Hana",
+    "Eva",
+    "Elias",
+    "Clara",
+    "Carl",
+    "Dora",
+    "Dario",
+]
 SPEAKERS = ["Maya", "Jonas", "Priya", "Theo", "Greta", "Omar", "Lucia", "Felix"]
-ITEMS = ["headphones", "desk lamp", "backpack", "coffee grinder", "rain jacket", "watch", "tablet", "speaker",
-         "yoga mat", "camera bag", "kettle", "board game"]  # fmt: skip
+ITEMS = [
+    "headphones",
+    "desk lamp",
+    "backpack",
+    "coffee grinder",
+    "rain jacket",
+    "watch",
+    "tablet",
+    "speaker",
+    "yoga mat",
+    "camera bag",
+    "kettle",
+    "board game",
+]
 THERAPIES = ["physio", "dental", "eye care", "allergy", "dermatology", "nutrition"]
 EVENTS = ["birthday dinner", "farewell party", "book club night", "game night", "housewarming", "garden brunch"]
-HOTELS = [f"{a} {b}" for a in ("Casa", "Villa", "Hotel", "Quinta", "Pension", "Residencia")
-          for b in ("Azul", "Mar", "Sol", "Verde", "Alta", "Luz", "Rosa", "Norte")]  # fmt: skip
-RESTAURANTS = [f"{a} {b}" for a in ("Tasca", "Cantina", "Bistro", "Taberna", "Osteria")
-               for b in ("Rosa", "Marina", "do Largo", "Central", "Nova", "da Praia", "Antiga")]  # fmt: skip
-VENUES = [f"{a} {b}" for a in ("Garden", "River", "Old Mill", "Harbour", "Lantern", "Corner")
-          for b in ("Room", "Hall", "Terrace", "Loft", "Club")]  # fmt: skip
-SHOPS = [f"{a} {b}" for a in ("Tech", "Home", "City", "Smart", "Urban") for b in ("Corner", "Depot", "Hub", "Store",
-                                                                                 "Market")]  # fmt: skip
-CLINICS = [f"{a} {b}" for a in ("Riverside", "Parkview", "Hillside", "Lakeside", "Central", "Westgate")
-           for b in ("Clinic", "Health Centre", "Practice")]  # fmt: skip
-TIMES = [f"{h}:{m} {ap}" for ap, hours in (("am", (8, 9, 10, 11)), ("pm", (1, 2, 3, 4, 5, 6, 7, 8)))
-         for h in hours for m in ("00", "15", "30", "45")]  # fmt: skip
+HOTELS = [
+    f"{a} {b}"
+    for a in ("Casa", "Villa", "Hotel", "Quinta", "Pension", "Residencia")
+    for b in ("Azul", "Mar", "Sol", "Verde", "Alta", "Luz", "Rosa", "Norte")
+]
+RESTAURANTS = [
+    f"{a} {b}"
+    for a in ("Tasca", "Cantina", "Bistro", "Taberna", "Osteria")
+    for b in ("Rosa", "Marina", "do Largo", "Central", "Nova", "da Praia", "Antiga")
+]
+VENUES = [
+    f"{a} {b}"
+    for a in ("Garden", "River", "Old Mill", "Harbour", "Lantern", "Corner")
+    for b in ("Room", "Hall", "Terrace", "Loft", "Club")
+]
+SHOPS = [
+    f"{a} {b}"
+    for a in ("Tech", "Home", "City", "Smart", "Urban")
+    for b in ("Corner", "Depot", "Hub", "Store", "Market")
+]
+CLINICS = [
+    f"{a} {b}"
+    for a in ("Riverside", "Parkview", "Hillside", "Lakeside", "Central", "Westgate")
+    for b in ("Clinic", "Health Centre", "Practice")
+]
+TIMES = [
+    f"{h}:{m} {ap}"
+    for ap, hours in (("am", (8, 9, 10, 11)), ("pm", (1, 2, 3, 4, 5, 6, 7, 8)))
+    for h in hours
+    for m in ("00", "15", "30", "45")
+]
 MONTHS = ["March", "April", "May", "June"]
 DATES = [f"{m} {d}" for m in MONTHS for d in (2, 3, 5, 8, 12, 13, 15, 18, 21, 23, 25, 28)]
 
@@ -263,8 +367,13 @@ def make_goals(rng: random.Random, count: int) -> list[Goal]:
                 group = f"the second {city} trip"
             for d in range(1, size + 1):
                 trip = group.removeprefix("the ")
-                members.append((f"Day {d} of {group}", f"{trip.removesuffix(' trip')} day {d}",
-                                f"the {_ordinal(d)} day of {group}"))  # fmt: skip
+                members.append(
+                    (
+                        f"Day {d} of {group}",
+                        f"{trip.removesuffix(' trip')} day {d}",
+                        f"the {_ordinal(d)} day of {group}",
+                    )
+                )
         elif kind == "project":
             client = clients[rounds % len(clients)]
             group = f"the {client} projects"
@@ -295,51 +404,114 @@ def make_goals(rng: random.Random, count: int) -> list[Goal]:
 
 
 # ------------------------------------------------------------------------------------------------ surface text
-OPEN = ["Let's sort out {goal}.", "Okay, switching to {goal}.", "Now, about {goal}.",
-        "Can we do {goal} for a minute?", "Next on my list: {goal}.", "Right, {goal} — where were we?",
-        "I want to get {goal} settled today."]  # fmt: skip
-STATE = ["{ref}, the {noun} is {value}.", "The {noun} {for_ref} is {value}.", "{value} — that's the {noun} {for_ref}.",
-         "I've set the {noun} {for_ref}: {value}.", "Put down {value} as the {noun} {for_ref}.",
-         "Noting it down: {noun} {for_ref}, {value}.", "{value} it is, for the {noun} {for_ref}.",
-         "So {for_ref} we have {value} as the {noun}.",
-         "Confirmed with them: {value} for the {noun} {for_ref}."]  # fmt: skip
-STATE_FOCUS = ["The {noun} is {value}.", "{value} for the {noun}, then.", "And the {noun}? {value}.",
-               "Book it: {value} as the {noun}.", "For that one the {noun} is {value}.",
-               "There, the {noun} will be {value}."]  # fmt: skip
-OPTIONS = ["For the {noun} {for_ref} we could do {a} at {pa} euros or {b} at {pb} euros.",
-           "Two candidates for the {noun} {for_ref}: {a} ({pa} euros) and {b} ({pb} euros).",
-           "{a} costs {pa} euros, {b} costs {pb} euros — which {noun} {for_ref}?"]  # fmt: skip
-DECIDE = {"cheaper": ["Let's take the cheaper one.", "The cheaper one, book it.", "Go for the less expensive one."],
-          "pricier": ["Take the more expensive one, it's worth it.", "The pricier one — book it."],
-          "first": ["The first one sounds better, book it.", "Let's go with the first."],
-          "second": ["Book the second.", "I prefer the second option, go with that."]}  # fmt: skip
-REVISE_NAMED = ["Change of plan {for_ref}: the {noun} is now {new} instead of {old}.",
-                "Update {for_ref}: make the {noun} {new}.",
-                "{new}, not {old}, for the {noun} {for_ref} — they changed it.",
-                "Going back to {ref}: the {noun} moved to {new}.",
-                "Small correction on {ref}, the {noun} is {new} now."]  # fmt: skip
-REVISE_BY_VALUE = ["Actually, scrap {old}; we're going with {new}.", "Forget {old}, it's {new} now.",
-                   "{old} fell through, so {new} instead."]  # fmt: skip
-ASIDE = ["How was your weekend, by the way?", "It was lovely, we walked by the river.", "Did you see the match?",
-         "I'm so tired today, the neighbours were loud.", "Remind me to water the plants.",
-         "The coffee machine at work broke again.", "My sister says hi.", "It's raining again here.",
-         "Have you finished that novel yet?", "Almost, two chapters left.", "I need a holiday from planning.",
-         "The cat knocked my phone off the table this morning.", "We should try that bakery on the corner.",
-         "My knee is better, thanks for asking.", "Traffic was awful this morning.",
-         "I found an old photo of us from school.", "Let me grab a tea first.", "Back, sorry."]  # fmt: skip
+OPEN = [
+    "Let's sort out {goal}.",
+    "Okay, switching to {goal}.",
+    "Now, about {goal}.",
+    "Can we do {goal} for a minute?",
+    "Next on my list: {goal}.",
+    "Right, {goal} — where were we?",
+    "I want to get {goal} settled today.",
+]
+STATE = [
+    "{ref}, the {noun} is {value}.",
+    "The {noun} {for_ref} is {value}.",
+    "{value} — that's the {noun} {for_ref}.",
+    "I've set the {noun} {for_ref}: {value}.",
+    "Put down {value} as the {noun} {for_ref}.",
+    "Noting it down: {noun} {for_ref}, {value}.",
+    "{value} it is, for the {noun} {for_ref}.",
+    "So {for_ref} we have {value} as the {noun}.",
+    "Confirmed with them: {value} for the {noun} {for_ref}.",
+]
+STATE_FOCUS = [
+    "The {noun} is {value}.",
+    "{value} for the {noun}, then.",
+    "And the {noun}? {value}.",
+    "Book it: {value} as the {noun}.",
+    "For that one the {noun} is {value}.",
+    "There, the {noun} will be {value}.",
+]
+OPTIONS = [
+    "For the {noun} {for_ref} we could do {a} at {pa} euros or {b} at {pb} euros.",
+    "Two candidates for the {noun} {for_ref}: {a} ({pa} euros) and {b} ({pb} euros).",
+    "{a} costs {pa} euros, {b} costs {pb} euros — which {noun} {for_ref}?",
+]
+DECIDE = {
+    "cheaper": ["Let's take the cheaper one.", "The cheaper one, book it.", "Go for the less expensive one."],
+    "pricier": ["Take the more expensive one, it's worth it.", "The pricier one — book it."],
+    "first": ["The first one sounds better, book it.", "Let's go with the first."],
+    "second": ["Book the second.", "I prefer the second option, go with that."],
+}
+REVISE_NAMED = [
+    "Change of plan {for_ref}: the {noun} is now {new} instead of {old}.",
+    "Update {for_ref}: make the {noun} {new}.",
+    "{new}, not {old}, for the {noun} {for_ref} — they changed it.",
+    "Going back to {ref}: the {noun} moved to {new}.",
+    "Small correction on {ref}, the {noun} is {new} now.",
+]
+REVISE_BY_VALUE = [
+    "Actually, scrap {old}; we're going with {new}.",
+    "Forget {old}, it's {new} now.",
+    "{old} fell through, so {new} instead.",
+]
+ASIDE = [
+    "How was your weekend, by the way?",
+    "It was lovely, we walked by the river.",
+    "Did you see the match?",
+    "I'm so tired today, the neighbours were loud.",
+    "Remind me to water the plants.",
+    "The coffee machine at work broke again.",
+    "My sister says hi.",
+    "It's raining again here.",
+    "Have you finished that novel yet?",
+    "Almost, two chapters left.",
+    "I need a holiday from planning.",
+    "The cat knocked my phone off the table this morning.",
+    "We should try that bakery on the corner.",
+    "My knee is better, thanks for asking.",
+    "Traffic was awful this morning.",
+    "I found an old photo of us from school.",
+    "Let me grab a tea first.",
+    "Back, sorry.",
+]
 ACK = ["Okay.", "Sounds good.", "Great, noted.", "Perfect.", "Got it.", "Fine by me.", "Sure.", "Works for me."]
-Q_RECALL = ["What is the {noun} for {ref}?", "Remind me, what {noun} did we settle on for {ref}?",
-            "For {ref}, which {noun} is it?", "What did we decide as the {noun} of {ref}?"]  # fmt: skip
-Q_REVISION = ["After all the changes, what is the {noun} for {ref} now?", "What's the latest {noun} for {ref}?",
-              "It changed at some point — what {noun} is {ref} on now?"]  # fmt: skip
-Q_MULTIHOP = ["What is the {noun2} for the {kind} whose {noun1} is {value}?",
-              "For the {kind} with {value} as its {noun1}, what's the {noun2}?"]  # fmt: skip
-Q_SYNTHESIS = {"money": ["What does the {noun} come to in total across {group}?",
-                         "Adding up {group}, how much is the {noun} altogether?"],
-               "count": ["How many {unit} in total across {group}?",
-                         "Adding up {group}, what is the total {noun}?"]}  # fmt: skip
-DATES_OF_SESSIONS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
-                     "October", "November", "December"]  # fmt: skip
+Q_RECALL = [
+    "What is the {noun} for {ref}?",
+    "Remind me, what {noun} did we settle on for {ref}?",
+    "For {ref}, which {noun} is it?",
+    "What did we decide as the {noun} of {ref}?",
+]
+Q_REVISION = [
+    "After all the changes, what is the {noun} for {ref} now?",
+    "What's the latest {noun} for {ref}?",
+    "It changed at some point — what {noun} is {ref} on now?",
+]
+Q_MULTIHOP = [
+    "What is the {noun2} for the {kind} whose {noun1} is {value}?",
+    "For the {kind} with {value} as its {noun1}, what's the {noun2}?",
+]
+Q_SYNTHESIS = {
+    "money": [
+        "What does the {noun} come to in total across {group}?",
+        "Adding up {group}, how much is the {noun} altogether?",
+    ],
+    "count": ["How many {unit} in total across {group}?", "Adding up {group}, what is the total {noun}?"],
+}
+DATES_OF_SESSIONS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
 
 
 def _capital(text: str) -> str:
@@ -398,8 +570,9 @@ class Planner:
         Bruna's gift is not Bruna), so that no earlier turn can answer for the new value."""
         said = self.mentioned.get((goal.id, attr.name), [])
         names = " ".join(goal.names)
-        return self.rng.choice([v for v in attr.pool if v not in said
-                                and not re.search(rf"\b{re.escape(str(v))}\b", names)])  # fmt: skip
+        return self.rng.choice(
+            [v for v in attr.pool if v not in said and not re.search(rf"\b{re.escape(str(v))}\b", names)]
+        )
 
     def state(self, goal: Goal, attr: Attribute) -> None:
         value = self.fresh(goal, attr)
@@ -430,11 +603,21 @@ class Planner:
             prices.reverse()
         _, for_ref, anaphoric = self.refer(goal)
         noun = self.rng.choice(attr.said)
-        text = self.rng.choice(OPTIONS).format(noun=noun, for_ref=for_ref, a=options[0], b=options[1],
-                                               pa=prices[0], pb=prices[1])  # fmt: skip
+        text = self.rng.choice(OPTIONS).format(
+            noun=noun, for_ref=for_ref, a=options[0], b=options[1], pa=prices[0], pb=prices[1]
+        )
         text = re.sub(r"\s+([?.:,])", r"\1", text).replace("  ", " ")
-        self.say(text, {"act": "options", "goal": goal.id, "attr": attr.name, "options": options, "prices": prices,
-                        "named": not anaphoric})  # fmt: skip
+        self.say(
+            text,
+            {
+                "act": "options",
+                "goal": goal.id,
+                "attr": attr.name,
+                "options": options,
+                "prices": prices,
+                "named": not anaphoric,
+            },
+        )
         self.focus = goal.id
         if self.rng.random() < 0.3:
             self.say(self.rng.choice(ASIDE), {"act": "aside"})
@@ -453,8 +636,9 @@ class Planner:
             named = False
         else:
             name = self.rng.choice(goal.names)
-            text = self.rng.choice(REVISE_NAMED).format(ref=name, for_ref=f"for {name}", noun=noun,
-                                                        old=render(attr, old), new=render(attr, new))  # fmt: skip
+            text = self.rng.choice(REVISE_NAMED).format(
+                ref=name, for_ref=f"for {name}", noun=noun, old=render(attr, old), new=render(attr, new)
+            )
             named = True
         self.say(text, {"act": "revise", "goal": goal.id, "attr": attr.name, "value": new, "old": old, "named": named})
         self._set(goal, attr, new)
@@ -568,16 +752,31 @@ def _questions(rng: random.Random, goals: list[Goal], history: dict, dia: dict[s
                 ids += [dia[t] for _, ts in values for t in ts]
         return sorted(set(ids), key=_dia_order)
 
-    def add(category: str, question: str, answer: str, evidence: list[str], superseded: list[str],
-            looks: list[str], structured: dict[str, Any]) -> None:  # fmt: skip
+    def add(
+        category: str,
+        question: str,
+        answer: str,
+        evidence: list[str],
+        superseded: list[str],
+        looks: list[str],
+        structured: dict[str, Any],
+    ) -> None:
         evidence = sorted(set(evidence), key=_dia_order)
         superseded = sorted(set(superseded) - set(evidence), key=_dia_order)
         # a turn is one of evidence / superseded / look-alike (a synthesis member's old value is superseded, not a
         # look-alike of the other members)
         looks = sorted(set(looks) - set(evidence) - set(superseded), key=_dia_order)
-        out.append({"question": question, "answer": answer, "evidence": evidence, "category": category,
-                    "superseded": superseded, "lookalikes": looks,
-                    "structured": structured})  # fmt: skip
+        out.append(
+            {
+                "question": question,
+                "answer": answer,
+                "evidence": evidence,
+                "category": category,
+                "superseded": superseded,
+                "lookalikes": looks,
+                "structured": structured,
+            }
+        )
 
     for goal in goals:
         keys = [(goal.id, a.name) for a in goal.attributes if (goal.id, a.name) in history]
@@ -587,22 +786,40 @@ def _questions(rng: random.Random, goals: list[Goal], history: dict, dia: dict[s
             value = history[key][-1][0]
             ref = rng.choice(goal.names)
             q = rng.choice(Q_REVISION).format(noun=rng.choice(attr.asked), ref=ref)
-            add("revision", _capital(q), render(attr, value), turns_of(key, "current"), turns_of(key, "old"),
-                lookalikes(key, goal.kind), {"goal": goal.id, "attribute": attr.name, "value": value})  # fmt: skip
+            add(
+                "revision",
+                _capital(q),
+                render(attr, value),
+                turns_of(key, "current"),
+                turns_of(key, "old"),
+                lookalikes(key, goal.kind),
+                {"goal": goal.id, "attribute": attr.name, "value": value},
+            )
         plain = [k for k in keys if k not in revised] or keys
         key = rng.choice(plain)
         attr = attr_of[key]
         value = history[key][-1][0]
         q = rng.choice(Q_RECALL).format(noun=rng.choice(attr.asked), ref=rng.choice(goal.names))
-        add("recall", _capital(q), render(attr, value), turns_of(key, "current"), turns_of(key, "old"),
-            lookalikes(key, goal.kind), {"goal": goal.id, "attribute": attr.name, "value": value})  # fmt: skip
+        add(
+            "recall",
+            _capital(q),
+            render(attr, value),
+            turns_of(key, "current"),
+            turns_of(key, "old"),
+            lookalikes(key, goal.kind),
+            {"goal": goal.id, "attribute": attr.name, "value": value},
+        )
         # multi-hop: an attribute of the goal picked by another attribute's value, one no other goal ever held
         if rng.random() < 0.7 and len(keys) >= 2:
             pivots = []
             for k in keys:
                 v = history[k][-1][0]
-                ever = [val for other, vals in history.items() if other[1] == k[1] and other[0] != goal.id
-                        and by_id[other[0]].kind == goal.kind for val, _ in vals]  # fmt: skip
+                ever = [
+                    val
+                    for other, vals in history.items()
+                    if other[1] == k[1] and other[0] != goal.id and by_id[other[0]].kind == goal.kind
+                    for val, _ in vals
+                ]
                 if v not in ever and v not in [val for val, _ in history[k][:-1]]:
                     pivots.append(k)
             if pivots:
@@ -610,8 +827,12 @@ def _questions(rng: random.Random, goals: list[Goal], history: dict, dia: dict[s
                 k2 = rng.choice([k for k in keys if k != k1])
                 a1, a2 = attr_of[k1], attr_of[k2]
                 v1, v2 = history[k1][-1][0], history[k2][-1][0]
-                q = rng.choice(Q_MULTIHOP).format(noun1=rng.choice(a1.asked), noun2=rng.choice(a2.asked),
-                                                  kind=KIND_NOUN[goal.kind], value=render(a1, v1))  # fmt: skip
+                q = rng.choice(Q_MULTIHOP).format(
+                    noun1=rng.choice(a1.asked),
+                    noun2=rng.choice(a2.asked),
+                    kind=KIND_NOUN[goal.kind],
+                    value=render(a1, v1),
+                )
                 add(
                     "multi-hop",
                     _capital(q),
@@ -638,8 +859,15 @@ def _questions(rng: random.Random, goals: list[Goal], history: dict, dia: dict[s
         evidence = [t for k in keys for t in turns_of(k, "current")]
         superseded = [t for k in keys for t in turns_of(k, "old")]
         looks = [t for k in keys for t in lookalikes(k, members[0].kind)]
-        add("synthesis", _capital(q), render(attr, total), evidence, superseded, looks,
-            {"group": group, "goals": [k[0] for k in keys], "attribute": attr.name, "value": total})  # fmt: skip
+        add(
+            "synthesis",
+            _capital(q),
+            render(attr, total),
+            evidence,
+            superseded,
+            looks,
+            {"group": group, "goals": [k[0] for k in keys], "attribute": attr.name, "value": total},
+        )
     return out
 
 
@@ -670,10 +898,18 @@ def conversation(size: str, seed: int) -> dict[str, Any]:
     acts = [{**act, "turn": dia[act["turn"]]} for act in planner.acts]
     history = replay(planner.acts)
     qa = _questions(rng, goals, history, dia)
-    return {"sample_id": f"came-{size}-{seed}", "conversation": body, "qa": qa,
-            "came": {"generator": GENERATOR, "size": size, "seed": seed,
-                     "goals": [{"id": g.id, "kind": g.kind, "group": g.group, "names": list(g.names)} for g in goals],
-                     "plan": acts}}  # fmt: skip
+    return {
+        "sample_id": f"came-{size}-{seed}",
+        "conversation": body,
+        "qa": qa,
+        "came": {
+            "generator": GENERATOR,
+            "size": size,
+            "seed": seed,
+            "goals": [{"id": g.id, "kind": g.kind, "group": g.group, "names": list(g.names)} for g in goals],
+            "plan": acts,
+        },
+    }
 
 
 def parse_seeds(text: str) -> list[int]:

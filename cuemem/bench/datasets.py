@@ -1,7 +1,7 @@
 """Benchmark loaders: LoCoMo (Maharana et al., ACL 2024) and LongMemEval (Wu et al., ICLR 2025).
 
 Each yields `Conversation`s: the turns that go into one fresh namespace, and the questions asked of it, with
-evidence as turn ids (LongMemEval also at session level). Conventions follow ../shared/datasets/README.md.
+evidence as turn ids (LongMemEval also at session level). Conventions follow docs/design.md, "Benchmark data".
 """
 
 from __future__ import annotations
@@ -126,8 +126,15 @@ def _longmemeval_item(item: dict[str, Any]) -> Conversation:
     ):
         for position, message in enumerate(session, start=1):
             tid = f"{session_id}:{position}"
-            turns.append(Turn(id=tid, text=message.get("content") or " ", speaker=message.get("role", "user"),
-                              session_id=session_id, timestamp=date))  # fmt: skip
+            turns.append(
+                Turn(
+                    id=tid,
+                    text=message.get("content") or " ",
+                    speaker=message.get("role", "user"),
+                    session_id=session_id,
+                    timestamp=date,
+                )
+            )
             if message.get("has_answer"):
                 evidence.append(tid)
     qid = str(item["question_id"])

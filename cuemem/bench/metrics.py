@@ -81,8 +81,12 @@ class _Porter:
     def _cvc(self, w: str) -> bool:
         if len(w) < 3:
             return False
-        return (self._cons(w, len(w) - 3) and not self._cons(w, len(w) - 2) and self._cons(w, len(w) - 1)
-                and w[-1] not in "wxy")  # fmt: skip
+        return (
+            self._cons(w, len(w) - 3)
+            and not self._cons(w, len(w) - 2)
+            and self._cons(w, len(w) - 1)
+            and w[-1] not in "wxy"
+        )
 
     def _replace(self, w: str, suffix: str, repl: str, cond: int = 0) -> str | None:
         if w.endswith(suffix):
@@ -142,13 +146,50 @@ class _Porter:
         return w
 
 
-STEP2 = [("ational", "ate"), ("tional", "tion"), ("enci", "ence"), ("anci", "ance"), ("izer", "ize"),
-         ("abli", "able"), ("alli", "al"), ("entli", "ent"), ("eli", "e"), ("ousli", "ous"), ("ization", "ize"),
-         ("ation", "ate"), ("ator", "ate"), ("alism", "al"), ("iveness", "ive"), ("fulness", "ful"),
-         ("ousness", "ous"), ("aliti", "al"), ("iviti", "ive"), ("biliti", "ble")]  # fmt: skip
+STEP2 = [
+    ("ational", "ate"),
+    ("tional", "tion"),
+    ("enci", "ence"),
+    ("anci", "ance"),
+    ("izer", "ize"),
+    ("abli", "able"),
+    ("alli", "al"),
+    ("entli", "ent"),
+    ("eli", "e"),
+    ("ousli", "ous"),
+    ("ization", "ize"),
+    ("ation", "ate"),
+    ("ator", "ate"),
+    ("alism", "al"),
+    ("iveness", "ive"),
+    ("fulness", "ful"),
+    ("ousness", "ous"),
+    ("aliti", "al"),
+    ("iviti", "ive"),
+    ("biliti", "ble"),
+]
 STEP3 = [("icate", "ic"), ("ative", ""), ("alize", "al"), ("iciti", "ic"), ("ical", "ic"), ("ful", ""), ("ness", "")]
-STEP4 = ["ement", "ance", "ence", "able", "ible", "ment", "ant", "ent", "ism", "ate", "iti", "ous", "ive", "ize",
-         "ion", "al", "er", "ic", "ou"]  # fmt: skip
+STEP4 = [
+    "ement",
+    "ance",
+    "ence",
+    "able",
+    "ible",
+    "ment",
+    "ant",
+    "ent",
+    "ism",
+    "ate",
+    "iti",
+    "ous",
+    "ive",
+    "ize",
+    "ion",
+    "al",
+    "er",
+    "ic",
+    "ou",
+]
 STEP4.sort(key=len, reverse=True)
 _stemmer = _Porter()
 
@@ -232,8 +273,11 @@ def wrong_top(
     for ids in ranked:
         for turn in ids:
             if turn not in gold:
-                return {"wrong_top": turn, "lookalike_top": float(turn in set(lookalikes)),
-                        "superseded_top": float(turn in set(superseded))}  # fmt: skip
+                return {
+                    "wrong_top": turn,
+                    "lookalike_top": float(turn in set(lookalikes)),
+                    "superseded_top": float(turn in set(superseded)),
+                }
     return {"wrong_top": None, "lookalike_top": 0.0, "superseded_top": 0.0}
 
 

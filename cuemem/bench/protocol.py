@@ -53,11 +53,30 @@ class BenchConfig:
 
 # The settings a benchmark's figures depend on, as resolved from arguments, CUEMEM_* variables and the config file
 # (so that `CUEMEM_LLM_MODEL=... cuemem bench` never reuses a checkpoint another reader made).
-RESULT_SETTINGS = ("embedder", "embed_dim", "embed_model", "embed_base_url", "turn_template", "rrf_k",
-                   "rrf_bm25_weight", "rrf_dense_weight", "bm25_stopwords", "max_turn_bytes", "speaker_boost",
-                   "date_boost", "expand_weight", "expand_depth", "rerank", "rerank_depth", "rerank_weight",
-                   "llm", "llm_model",
-                   "llm_base_url", "llm_choice_mode", "answer_budget")  # fmt: skip
+RESULT_SETTINGS = (
+    "embedder",
+    "embed_dim",
+    "embed_model",
+    "embed_base_url",
+    "turn_template",
+    "rrf_k",
+    "rrf_bm25_weight",
+    "rrf_dense_weight",
+    "bm25_stopwords",
+    "max_turn_bytes",
+    "speaker_boost",
+    "date_boost",
+    "expand_weight",
+    "expand_depth",
+    "rerank",
+    "rerank_depth",
+    "rerank_weight",
+    "llm",
+    "llm_model",
+    "llm_base_url",
+    "llm_choice_mode",
+    "answer_budget",
+)
 
 
 def resolved_settings(config: BenchConfig) -> dict[str, Any]:
@@ -79,11 +98,19 @@ def protocol(config: BenchConfig) -> dict[str, Any]:
     data = Path(config.data)
     size = data.stat().st_size if data.is_file() else None
     abstain = ABSTAIN.get(config.dataset) if config.answer else None
-    fields = {"dataset": config.dataset, "data": [data.name, size], "depth": DEPTH,
-              "budget": config.budget, "answer": config.answer, "answer_budget": config.answer_budget,
-              "abstain": abstain, "judge": config.judge, "settings": config.settings,
-              "resolved": resolved_settings(config),
-              "config_file": source_digest([Path(config.config_file)]) if config.config_file else None}  # fmt: skip
+    fields = {
+        "dataset": config.dataset,
+        "data": [data.name, size],
+        "depth": DEPTH,
+        "budget": config.budget,
+        "answer": config.answer,
+        "answer_budget": config.answer_budget,
+        "abstain": abstain,
+        "judge": config.judge,
+        "settings": config.settings,
+        "resolved": resolved_settings(config),
+        "config_file": source_digest([Path(config.config_file)]) if config.config_file else None,
+    }
     if config.max_questions:  # only when set: checkpoints of full runs stay valid
         fields["max_questions"] = config.max_questions
     if config.max_turns:
@@ -139,8 +166,12 @@ def engine_fingerprint(engine: Engine) -> dict[str, Any]:
     any), cuemem's version and a digest of its code; a change in any of them reruns the conversation."""
     config = getattr(engine, "config", None)
     settings = dataclasses.asdict(config) if dataclasses.is_dataclass(config) and not isinstance(config, type) else None
-    fields = {"name": engine.name, "config": settings, "version": __version__,
-              "code": source_digest(engine_sources(engine))}  # fmt: skip
+    fields = {
+        "name": engine.name,
+        "config": settings,
+        "version": __version__,
+        "code": source_digest(engine_sources(engine)),
+    }
     return json.loads(json.dumps(fields, sort_keys=True, default=str))
 
 

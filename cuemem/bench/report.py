@@ -53,10 +53,17 @@ def summarize(config: BenchConfig, per_engine: dict[str, list[dict[str, Any]]]) 
         chosen = [q for q in questions if headline(config, q)]
         categories = sorted({q["category"] for q in questions})
         by_category = {  # LoCoMo's category 5 on its own; LongMemEval's abstention questions nowhere, as above
-            cat: retrieval_block([q for q in questions if q["category"] == cat and q["evidence"]
-                                  and not (config.dataset == "longmemeval" and q["adversarial"])])
+            cat: retrieval_block(
+                [
+                    q
+                    for q in questions
+                    if q["category"] == cat
+                    and q["evidence"]
+                    and not (config.dataset == "longmemeval" and q["adversarial"])
+                ]
+            )
             for cat in categories
-        }  # fmt: skip
+        }
         latencies = sorted(q["latency_ms"] for q in questions)
         turns = sum(c["turns"] for c in convs)
         seconds = sum(c["ingest_seconds"] for c in convs)
@@ -118,8 +125,10 @@ def _came_blocks(convs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for size in sorted({came_size(c["conversation"]) for c in convs}, key="SML?".index):
         questions = [q for c in convs if came_size(c["conversation"]) == size for q in c["questions"] if q["evidence"]]
-        blocks = {cat: retrieval_block([q for q in questions if q["category"] == cat])
-                  for cat in sorted({q["category"] for q in questions})}  # fmt: skip
+        blocks = {
+            cat: retrieval_block([q for q in questions if q["category"] == cat])
+            for cat in sorted({q["category"] for q in questions})
+        }
         blocks["all"] = retrieval_block(questions)
         blocks["turns"] = sum(c["turns"] for c in convs if came_size(c["conversation"]) == size)
         out[size] = blocks
@@ -186,8 +195,11 @@ def _answer_block(config: BenchConfig, questions: list[dict[str, Any]]) -> dict[
     routed = [q["system"] for q in questions if "system" in q]
     if routed:  # episodic: the share of questions answered on the fast path (System 1)
         block["system1_share"] = mean([float(x == 1) for x in routed])
-    judged = [q["judge"] for q in questions
-              if "judge" in q and (config.dataset != "locomo" or q["category"] in {"1", "2", "3", "4"})]  # fmt: skip
+    judged = [
+        q["judge"]
+        for q in questions
+        if "judge" in q and (config.dataset != "locomo" or q["category"] in {"1", "2", "3", "4"})
+    ]
     if judged:
         block["judge_accuracy"] = mean(judged)
         block["judged"] = len(judged)
@@ -251,17 +263,34 @@ def write_report(config: BenchConfig, results: dict[str, Any]) -> None:
         )
     if config.dataset == "came":
         lines += _came_lines(engines)
-    cost_cols = ["turns_per_s", "latency_p50_ms", "latency_p95_ms", "context_tokens_per_question",
-                 "llm_calls_per_turn", "llm_calls_per_question", "llm_tokens_per_question"]  # fmt: skip
+    cost_cols = [
+        "turns_per_s",
+        "latency_p50_ms",
+        "latency_p95_ms",
+        "context_tokens_per_question",
+        "llm_calls_per_turn",
+        "llm_calls_per_question",
+        "llm_tokens_per_question",
+    ]
     lines += ["", "## Cost", "", "| engine | " + " | ".join(cost_cols) + " |", "|---|" + "---:|" * len(cost_cols)]
     for name, e in engines.items():
         lines.append(f"| `{name}` | " + " | ".join(_fmt(float(e["cost"][c])) for c in cost_cols) + " |")
     schemas = {name: e["schema"] for name, e in engines.items() if e.get("schema")}
     if schemas:
-        cols = ["concepts_per_conversation", "assimilated_share", "ingest_hallucination_rate",
-                "query_hallucination_rate", "llm_fallbacks"]  # fmt: skip
-        lines += ["", "## Concept schema (SCG-MEM)", "", "| engine | " + " | ".join(cols) + " |",
-                  "|---|" + "---:|" * len(cols)]  # fmt: skip
+        cols = [
+            "concepts_per_conversation",
+            "assimilated_share",
+            "ingest_hallucination_rate",
+            "query_hallucination_rate",
+            "llm_fallbacks",
+        ]
+        lines += [
+            "",
+            "## Concept schema (SCG-MEM)",
+            "",
+            "| engine | " + " | ".join(cols) + " |",
+            "|---|" + "---:|" * len(cols),
+        ]
         for name, block in schemas.items():
             lines.append(f"| `{name}` | " + " | ".join(_fmt(float(block[c])) for c in cols) + " |")
     if config.answer:
@@ -275,13 +304,15 @@ def write_report(config: BenchConfig, results: dict[str, Any]) -> None:
         ]
         for name, e in engines.items():
             a = e["answer"]
-            lines.append(f"| `{name}` | {a['questions']} | {_fmt(a.get('locomo_f1'))}"
-                         f" | {_fmt(a.get('category_5_locomo_f1'))} | {_fmt(a['set_f1'])} | {_fmt(a['bleu1'])}"
-                         f" | {_fmt(a.get('judge_accuracy'))} | {a.get('judged', 0)}"
-                         f" | {_fmt(a.get('reader_seconds_per_question'))}"
-                         f" | {_fmt(float(e['cost'].get('llm_tokens_per_question', math.nan)))}"
-                         f" | {_fmt(a.get('model_tokens_per_question'))}"
-                         f" | {_fmt(a.get('conversation_tokens_per_question'))} |")  # fmt: skip
+            lines.append(
+                f"| `{name}` | {a['questions']} | {_fmt(a.get('locomo_f1'))}"
+                f" | {_fmt(a.get('category_5_locomo_f1'))} | {_fmt(a['set_f1'])} | {_fmt(a['bleu1'])}"
+                f" | {_fmt(a.get('judge_accuracy'))} | {a.get('judged', 0)}"
+                f" | {_fmt(a.get('reader_seconds_per_question'))}"
+                f" | {_fmt(float(e['cost'].get('llm_tokens_per_question', math.nan)))}"
+                f" | {_fmt(a.get('model_tokens_per_question'))}"
+                f" | {_fmt(a.get('conversation_tokens_per_question'))} |"
+            )
     (out / "report.md").write_text("\n".join(lines) + "\n")
     _plots(out, engines)
 
@@ -292,19 +323,27 @@ CAME_COLS = ("recall@10", "recall@budget", "lookalike_top", "superseded_top", "e
 def _came_lines(engines: dict[str, Any]) -> list[str]:
     """report.md's look-alike section: per size and question type, recall@10 / @budget, the look-alike rate
     (the top-ranked wrong turn is the same attribute of another goal), the superseded rate, and answer scores."""
-    lines = ["", "## By size and question type (look-alike conversations)", "",
-             "lookalike_top: share of questions whose top-ranked wrong turn states the same attribute of another goal;"
-             " superseded_top: ... a value since replaced. em / contains / f1: the reader's reply against the"
-             " structured answer (with --answer).", "",
-             "| engine | size | type | questions | " + " | ".join(CAME_COLS) + " |",
-             "|---|---|---|---:|" + "---:|" * len(CAME_COLS)]  # fmt: skip
+    lines = [
+        "",
+        "## By size and question type (look-alike conversations)",
+        "",
+        "lookalike_top: share of questions whose top-ranked wrong turn states the same attribute of another goal;"
+        " superseded_top: ... a value since replaced. em / contains / f1: the reader's reply against the"
+        " structured answer (with --answer).",
+        "",
+        "| engine | size | type | questions | " + " | ".join(CAME_COLS) + " |",
+        "|---|---|---|---:|" + "---:|" * len(CAME_COLS),
+    ]
     for name, e in engines.items():
         for size, blocks in e.get("by_size", {}).items():
             for cat, block in blocks.items():
                 if not isinstance(block, dict):
                     continue
-                lines.append(f"| `{name}` | {size} | {cat} | {block['questions']} | "
-                             + " | ".join(_fmt(block.get(c)) for c in CAME_COLS) + " |")  # fmt: skip
+                lines.append(
+                    f"| `{name}` | {size} | {cat} | {block['questions']} | "
+                    + " | ".join(_fmt(block.get(c)) for c in CAME_COLS)
+                    + " |"
+                )
     return lines
 
 

@@ -134,8 +134,9 @@ def run_conversation(
             started = time.perf_counter()
             answered = Tally(memory.tokens.count)
             with memory.llm.tally(answered):  # the engine's answering step (episodic: the master) or the reader
-                reply = memory.read(q.text, result, budget_tokens=answer_budget, now=q.date,
-                                    abstain=ABSTAIN[config.dataset])  # fmt: skip
+                reply = memory.read(
+                    q.text, result, budget_tokens=answer_budget, now=q.date, abstain=ABSTAIN[config.dataset]
+                )
             record["answer_ms"] = (time.perf_counter() - started) * 1000
             record["answer_model"] = answered.as_dict()
             record["conversation_tokens"] = whole

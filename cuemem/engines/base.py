@@ -1,4 +1,4 @@
-"""The engine interface: strategies that read and write through the store (DESIGN.md promise 6)."""
+"""The engine interface: strategies that read and write through the store (docs/design.md promise 6)."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ class EngineContext:
 
     def hits_from_items(self, scored: Sequence[tuple[int, float]], engine: str) -> list[Hit]:
         """Turn (item id, score) pairs into hits carrying their source turn ids and token counts; an item
-        without a live source turn is never returned (every hit has provenance, DESIGN.md promise 3)."""
+        without a live source turn is never returned (every hit has provenance, docs/design.md promise 3)."""
         items = self.store.get_items(self.ns, [i for i, _ in scored])
         return [
             Hit(

@@ -1,4 +1,4 @@
-"""Baselines (DESIGN.md, "Baselines"): full context, BM25, dense, and their reciprocal-rank fusion.
+"""Baselines (docs/design.md, "Baselines"): full context, BM25, dense, and their reciprocal-rank fusion.
 
 All four index the same items: one per turn in the space "turn", whose text is the turn's words (plus an image
 caption when the turn carries one) and whose fields are its speaker, date, resolved dates and the people it names
@@ -50,8 +50,9 @@ def index_turns(ctx: EngineContext, turns: Sequence[Turn], space: str = TURN_SPA
     metas = [turn_fields(t) for t in turns]
     unparsed = [m["timestamp"] for m in metas if m["timestamp"] and m["date"] is None]
     if unparsed:  # kept raw (hits show it as their session header) and counted by `stats`; never fatal
-        log.warning("%d turn timestamp(s) did not parse as a date, kept as written: e.g. %r", len(unparsed),
-                    unparsed[0][:80])  # fmt: skip
+        log.warning(
+            "%d turn timestamp(s) did not parse as a date, kept as written: e.g. %r", len(unparsed), unparsed[0][:80]
+        )
     with_header_tokens(metas, ctx.tokens.count_many)
     shown = [hit_text(w, m) for w, m in zip(words, metas, strict=True)]
     ctx.store.put_items(
@@ -197,8 +198,14 @@ class HybridEngine(TurnIndexer):
     def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
         depth = max(self.depth, k)
         vector = ctx.embed_query(query)
-        ranked, detail = refine(ctx, TURN_SPACE, query, vector, self.fused(ctx, query, vector, depth),
-                                lambda text, v: self.fused(ctx, text, v, depth))  # fmt: skip
+        ranked, detail = refine(
+            ctx,
+            TURN_SPACE,
+            query,
+            vector,
+            self.fused(ctx, query, vector, depth),
+            lambda text, v: self.fused(ctx, text, v, depth),
+        )
         hits = ctx.hits_from_items(ranked[:k], self.name)
         for hit in hits:
             hit.detail = {**hit.detail, **detail}

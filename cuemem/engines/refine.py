@@ -26,8 +26,9 @@ Ranked = list[tuple[int, float]]
 Rank = Callable[[str, np.ndarray], Ranked]
 
 
-def refine(ctx: EngineContext, space: str, query: str, query_vector: np.ndarray, ranked: Ranked,
-           rank: Rank) -> tuple[Ranked, dict[str, Any]]:  # fmt: skip
+def refine(
+    ctx: EngineContext, space: str, query: str, query_vector: np.ndarray, ranked: Ranked, rank: Rank
+) -> tuple[Ranked, dict[str, Any]]:
     """Expansion, then structure, then reranking, over an engine's first ranking of `space` (best first). Returns
     the new ranking and what each stage saw (for the hits' detail)."""
     settings = ctx.settings
@@ -72,8 +73,9 @@ def feedback_terms(ctx: EngineContext, items: Sequence[int], query: str) -> list
     return list(dict.fromkeys(terms))
 
 
-def expand(ctx: EngineContext, query: str, query_vector: np.ndarray, ranked: Ranked,
-           rank: Rank) -> tuple[Ranked, dict[str, Any]]:  # fmt: skip
+def expand(
+    ctx: EngineContext, query: str, query_vector: np.ndarray, ranked: Ranked, rank: Rank
+) -> tuple[Ranked, dict[str, Any]]:
     """Pseudo-relevance feedback for the second hop: a second round whose BM25 query is the top hits' people and
     dates that the question does not name, and whose vector moves toward the top hits' mean (Rocchio); the two
     rounds fused by reciprocal rank (the second weighted expand_weight)."""
@@ -110,8 +112,9 @@ def rerank(ctx: EngineContext, query: str, ranked: Ranked) -> Ranked:
         log.warning("reranking skipped, the model failed: %s", exc)
         return ranked
     by_model = [head[j][0] for j in np.argsort(-np.asarray(scores), kind="stable")]
-    fused = reciprocal_rank_fusion([[i for i, _ in head], by_model], k=settings.rrf_k,
-                                   weights=[1.0, settings.rerank_weight])  # fmt: skip
+    fused = reciprocal_rank_fusion(
+        [[i for i, _ in head], by_model], k=settings.rrf_k, weights=[1.0, settings.rerank_weight]
+    )
     floor = min((s for _, s in fused), default=0.0)
     scale = max((s for _, s in tail), default=0.0)
     out = [(int(i), s) for i, s in fused]

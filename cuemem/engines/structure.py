@@ -153,8 +153,13 @@ class QueryStructure:
         return {"people": sorted(self.people), "window": window}
 
 
-def structural_boost(table: TurnTable, scored: Sequence[tuple[int, float]], asked: QueryStructure,
-                     speaker_boost: float, date_boost: float) -> list[tuple[int, float]]:  # fmt: skip
+def structural_boost(
+    table: TurnTable,
+    scored: Sequence[tuple[int, float]],
+    asked: QueryStructure,
+    speaker_boost: float,
+    date_boost: float,
+) -> list[tuple[int, float]]:
     """Re-rank (item id, score) pairs: an item about a person the question names gains `speaker_boost` of its
     score, one dated inside the question's window `date_boost`; the others keep theirs. Best first."""
     window = asked.window
@@ -173,8 +178,17 @@ def structural_boost(table: TurnTable, scored: Sequence[tuple[int, float]], aske
     return sorted(out, key=lambda x: -x[1])
 
 
-__all__ = ["FORM", "QueryStructure", "TurnTable", "hit_text", "session_header", "session_heading", "structural_boost",
-           "turn_fields", "with_header_tokens"]  # fmt: skip
+__all__ = [
+    "FORM",
+    "QueryStructure",
+    "TurnTable",
+    "hit_text",
+    "session_header",
+    "session_heading",
+    "structural_boost",
+    "turn_fields",
+    "with_header_tokens",
+]
 
 
 def context_block(hits: Sequence[Hit]) -> tuple[str, list[str]]:

@@ -1,7 +1,7 @@
 """Reciprocal-rank fusion (Cormack et al., SIGIR 2009): score(d) = sum over rankings of w / (k + rank).
 
 Weighted: a strong embedder is dragged down by an equal vote from BM25 (EmbeddingGemma on LoCoMo: dense alone
-R@10 0.758, equal fusion 0.657, BM25 weight 0.2 0.763; MODELS.md), so each ranking may carry its own weight."""
+R@10 0.758, equal fusion 0.657, BM25 weight 0.2 0.763; docs/models.md), so each ranking may carry its own weight."""
 
 from __future__ import annotations
 

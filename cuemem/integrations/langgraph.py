@@ -10,8 +10,8 @@
 
 How LangGraph's namespaces map onto cuemem's hard partitions
 -----------------------------------------------------------
-A cuemem namespace is (user_id, agent_id, run_id) and nothing crosses it (DESIGN.md promise 2); a LangGraph namespace
-is a tuple of labels of any depth. Each LangGraph namespace is one cuemem namespace:
+A cuemem namespace is (user_id, agent_id, run_id) and nothing crosses it (docs/design.md promise 2); a LangGraph
+namespace is a tuple of labels of any depth. Each LangGraph namespace is one cuemem namespace:
 
 - user_id: the user the store is bound to (`CuememStore(memory, user_id="alice")`): every tuple lives inside
   alice, whatever its labels, so such a store can neither read nor write nor list anything of another user. An

@@ -1,4 +1,4 @@
-"""The model-client protocol (DESIGN.md promises 4, 5, 7): chat, json, choose, score, and typed failures."""
+"""The model-client protocol (docs/design.md promises 4, 5, 7): chat, json, choose, score, and typed failures."""
 
 from __future__ import annotations
 

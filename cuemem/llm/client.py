@@ -1,4 +1,4 @@
-"""One client for every model call (DESIGN.md promise 4): validation, a call cache, per-stage accounting.
+"""One client for every model call (docs/design.md promise 4): validation, a call cache, per-stage accounting.
 
 Every call is keyed by backend, model, method, messages and parameters (and, where one is given, a secret salt);
 a repeated call is answered from the cache (so reruns are deterministic and free) and still counted. Counters are
@@ -86,8 +86,9 @@ class CallCache(Protocol):
         """The response stored under `key`, or None."""
         ...
 
-    def put(self, key: str, backend: str, method: str, stage: str, request: Any, response: Any, usage: Usage,
-            seconds: float) -> None:  # fmt: skip
+    def put(
+        self, key: str, backend: str, method: str, stage: str, request: Any, response: Any, usage: Usage, seconds: float
+    ) -> None:
         """Remember a call the backend answered (replacing any earlier answer under `key`)."""
         ...
 

@@ -2,7 +2,7 @@
 
 The package ships a Q4_1 GGUF file; transformers de-quantises it (~20 s), so the first load converts it once to a
 safetensors folder in the user cache directory and later loads take ~3 s. Every constrained call decodes under a
-token trie or a token mask, so its output is always well formed (DESIGN.md promise 5).
+token trie or a token mask, so its output is always well formed (docs/design.md promise 5).
 
 Failures: LLMUnavailableError when torch/transformers are missing, the model is not installed or fails to load
 (missing or corrupt files), or torch fails while running it (a RuntimeError: out of memory, a failing kernel);

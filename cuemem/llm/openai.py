@@ -112,8 +112,9 @@ class OpenAIBackend:
         """k = 1: guided choice or an enum schema; k > 1: an array of k distinct enum items, best first.
         Log-probabilities are not reported by these APIs, so they are None."""
         if k == 1 and self.choice_mode == "guided":
-            text, usage = self._post({"messages": messages, "temperature": 0.0, "max_tokens": 256,
-                                      "guided_choice": options})  # fmt: skip
+            text, usage = self._post(
+                {"messages": messages, "temperature": 0.0, "max_tokens": 256, "guided_choice": options}
+            )
             return [Choice(text.strip())], usage
         item = {"type": "string", "enum": options}
         choice = item if k == 1 else {"type": "array", "items": item, "minItems": k, "maxItems": k, "uniqueItems": True}

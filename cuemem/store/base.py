@@ -1,4 +1,4 @@
-"""The Store contract (DESIGN.md promises 1-3): what engines and Memory may ask of any durable store.
+"""The Store contract (docs/design.md promises 1-3): what engines and Memory may ask of any durable store.
 
 A store holds, per namespace, the raw turn log (the truth) and the derived rows engines build from it: items
 (documents an engine indexes) with the turns they cite and depend on, their vectors and labels, engine state and
@@ -112,8 +112,15 @@ def canonical_state(
     names: dict[int, str] = {}
     for item_id, space, key, text, meta, tokens in items:
         names[item_id] = f"{space}/{key}"
-        entries[item_id] = {"text": text, "meta": json.loads(meta), "tokens": tokens, "cites": [], "quotes": [],
-                            "labels": [], "vectors": {}}  # fmt: skip
+        entries[item_id] = {
+            "text": text,
+            "meta": json.loads(meta),
+            "tokens": tokens,
+            "cites": [],
+            "quotes": [],
+            "labels": [],
+            "vectors": {},
+        }
     for item_id, seq, cited in sorted(links, key=lambda row: row[1]):
         entries[item_id]["cites" if cited else "quotes"].append(ids.get(seq, f"?{seq}"))
     for item_id, kind, label in labels:
@@ -129,8 +136,11 @@ def canonical_state(
     for key, upto in watermarks:
         done = [s for s in ids if s <= upto]
         marks[key] = ids[max(done)] if done else None
-    return {"items": {names[i]: entries[i] for i in sorted(entries, key=lambda i: names[i])}, "state": state,
-            "watermarks": marks}  # fmt: skip
+    return {
+        "items": {names[i]: entries[i] for i in sorted(entries, key=lambda i: names[i])},
+        "state": state,
+        "watermarks": marks,
+    }
 
 
 class Store(Protocol):

@@ -59,15 +59,33 @@ class FileCallCache:
             row = self._conn.execute("SELECT response FROM calls WHERE key=?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
 
-    def put(self, key: str, backend: str, method: str, stage: str, request: Any, response: Any, usage: TokenUsage,
-            seconds: float) -> None:  # fmt: skip
+    def put(
+        self,
+        key: str,
+        backend: str,
+        method: str,
+        stage: str,
+        request: Any,
+        response: Any,
+        usage: TokenUsage,
+        seconds: float,
+    ) -> None:
         with self._lock:
             self._conn.execute(
                 "INSERT OR REPLACE INTO calls VALUES(?,?,?,?,?,?,?,?,?,?)",
-                (key, backend, method, stage, json.dumps(request, ensure_ascii=False),
-                 json.dumps(response, ensure_ascii=False), usage.prompt_tokens, usage.completion_tokens,
-                 seconds, time.time()),
-            )  # fmt: skip
+                (
+                    key,
+                    backend,
+                    method,
+                    stage,
+                    json.dumps(request, ensure_ascii=False),
+                    json.dumps(response, ensure_ascii=False),
+                    usage.prompt_tokens,
+                    usage.completion_tokens,
+                    seconds,
+                    time.time(),
+                ),
+            )
 
     def count(self) -> int:
         with self._lock:
@@ -118,12 +136,30 @@ class StoreCallCache:
         found = self.store.cached_call(self.ns, key)
         return None if found is None else json.loads(found)
 
-    def put(self, key: str, backend: str, method: str, stage: str, request: Any, response: Any, usage: TokenUsage,
-            seconds: float) -> None:  # fmt: skip
+    def put(
+        self,
+        key: str,
+        backend: str,
+        method: str,
+        stage: str,
+        request: Any,
+        response: Any,
+        usage: TokenUsage,
+        seconds: float,
+    ) -> None:
         request_json = json.dumps(request, ensure_ascii=False)
         response_json = json.dumps(response, ensure_ascii=False)
-        call = CachedCall(key, backend, method, stage, request_json, response_json, usage.prompt_tokens,
-                          usage.completion_tokens, seconds)  # fmt: skip
+        call = CachedCall(
+            key,
+            backend,
+            method,
+            stage,
+            request_json,
+            response_json,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            seconds,
+        )
         self.store.cache_call(self.ns, call)
 
     def summary(self) -> list[dict[str, Any]]:

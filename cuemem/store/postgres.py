@@ -1,4 +1,4 @@
-"""The server-grade store: PostgreSQL + pgvector, the same contract as the embedded SQLite store (DESIGN.md
+"""The server-grade store: PostgreSQL + pgvector, the same contract as the embedded SQLite store (docs/design.md
 promises 1-3 and 8).
 
 Selected by a DSN (`postgresql://…`) wherever a store path is accepted. Everything lives in the schema `cuemem`
@@ -206,8 +206,18 @@ TABLES += "".join(
 
 DERIVED_TABLES = ("items", "kv", "embed_cache", "llm_calls", "watermarks")
 # Tables holding user text: what checkpoint() rewrites.
-TEXT_TABLES = ("turns", "items", "item_turns", "vectors", "labels", "kv", "embed_cache", "llm_calls", "history",
-               "namespaces")  # fmt: skip
+TEXT_TABLES = (
+    "turns",
+    "items",
+    "item_turns",
+    "vectors",
+    "labels",
+    "kv",
+    "embed_cache",
+    "llm_calls",
+    "history",
+    "namespaces",
+)
 
 MIGRATIONS: dict[int, Any] = {}  # version -> function(conn) bringing the schema to version + 1
 
@@ -323,8 +333,9 @@ class PostgresStore:
                             f" ({SCHEMA_VERSION}); upgrade cuemem. The database was left as is."
                         )
                 if self.read_only:
-                    raise StoreError(f"{self.path} is not a cuemem store yet (or needs a migration): open it once"
-                                     " for writing")  # fmt: skip
+                    raise StoreError(
+                        f"{self.path} is not a cuemem store yet (or needs a migration): open it once for writing"
+                    )
                 with c.transaction():
                     c.execute("SELECT pg_advisory_xact_lock(%s)", (INIT_LOCK,))
                     if c.execute(
@@ -335,10 +346,15 @@ class PostgresStore:
                         while current < SCHEMA_VERSION:
                             MIGRATIONS[current](c)
                             current += 1
-                    elif c.execute("SELECT 1 FROM pg_class k JOIN pg_namespace n ON n.oid = k.relnamespace"
-                                   " WHERE n.nspname = %s LIMIT 1", (SCHEMA,)).fetchone():  # fmt: skip
-                        raise StoreError(f"the schema `{SCHEMA}` of {self.path} holds tables of another application"
-                                         " (no cuemem meta table); left as is")  # fmt: skip
+                    elif c.execute(
+                        "SELECT 1 FROM pg_class k JOIN pg_namespace n ON n.oid = k.relnamespace"
+                        " WHERE n.nspname = %s LIMIT 1",
+                        (SCHEMA,),
+                    ).fetchone():
+                        raise StoreError(
+                            f"the schema `{SCHEMA}` of {self.path} holds tables of another application"
+                            " (no cuemem meta table); left as is"
+                        )
                     c.execute("CREATE EXTENSION IF NOT EXISTS vector")
                     c.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
                     c.execute(f"SET LOCAL search_path = {SCHEMA}, public")
@@ -350,8 +366,10 @@ class PostgresStore:
                         " ON CONFLICT(key) DO UPDATE SET value=excluded.value",
                         (str(SCHEMA_VERSION),),
                     )
-                    c.execute("INSERT INTO meta(key, value) VALUES('salt', %s) ON CONFLICT(key) DO NOTHING",
-                              (secrets.token_hex(16),))  # fmt: skip
+                    c.execute(
+                        "INSERT INTO meta(key, value) VALUES('salt', %s) ON CONFLICT(key) DO NOTHING",
+                        (secrets.token_hex(16),),
+                    )
             except psycopg.Error as exc:
                 raise StoreError(f"cannot open {self.path} as a cuemem store: {_first_line(exc)}") from exc
 
@@ -405,8 +423,9 @@ class PostgresStore:
                     self._probe()
                     conn = self._pool.getconn(timeout=max(0.001, deadline - time.monotonic()))
             except PoolTimeout as exc:
-                raise StoreError(f"PostgreSQL at {self.path} is unavailable: no connection within"
-                                 f" {self.timeout:g} s") from exc  # fmt: skip
+                raise StoreError(
+                    f"PostgreSQL at {self.path} is unavailable: no connection within {self.timeout:g} s"
+                ) from exc
             except psycopg.OperationalError as exc:
                 raise self._unavailable(exc, "get a connection") from exc
             if not check and time.monotonic() - self._last_used.get(id(conn), 0.0) < IDLE_CHECK_SECONDS:
@@ -532,9 +551,10 @@ class PostgresStore:
             except psycopg.Error as exc:
                 self._hnsw.clear()
                 if conn.broken or conn.closed:  # lost with the COMMIT sent: the server may have committed first
-                    raise StoreError(f"PostgreSQL at {self.path} is unavailable: {_first_line(exc)}; the connection"
-                                     " was lost while committing, so this write may or may not have been stored"
-                                     ) from exc  # fmt: skip
+                    raise StoreError(
+                        f"PostgreSQL at {self.path} is unavailable: {_first_line(exc)}; the connection"
+                        " was lost while committing, so this write may or may not have been stored"
+                    ) from exc
                 with suppress(psycopg.Error):
                     conn.execute("ROLLBACK")
                 raise self._failed(exc) from exc
@@ -545,11 +565,15 @@ class PostgresStore:
     def _failed(self, exc: psycopg.Error) -> StoreError:
         """The error a failed write reports; the transaction was undone, so what was stored before is intact."""
         if isinstance(exc, psycopg.OperationalError):
-            return StoreError(f"PostgreSQL at {self.path} is unavailable: {_first_line(exc)}; this write was undone"
-                              " (nothing of it was stored)")  # fmt: skip
+            return StoreError(
+                f"PostgreSQL at {self.path} is unavailable: {_first_line(exc)}; this write was undone"
+                " (nothing of it was stored)"
+            )
         if isinstance(exc, psycopg.errors.DiskFull):
-            return StoreError(f"disk full: {self.path} could not be written ({_first_line(exc)}); this write was"
-                              " undone and everything stored before is intact")  # fmt: skip
+            return StoreError(
+                f"disk full: {self.path} could not be written ({_first_line(exc)}); this write was"
+                " undone and everything stored before is intact"
+            )
         return StoreError(f"could not write to {self.path}: {_first_line(exc)}; this write was undone")
 
     def _query(self, query: Any, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -586,8 +610,9 @@ class PostgresStore:
         )[0][0]
         if orphans:
             problems.append(f"{orphans} item dependencies on turns not in the log")
-        strays = self._query("SELECT COUNT(*) FROM items i WHERE NOT EXISTS (SELECT 1 FROM namespaces n WHERE"
-                             " n.id = i.ns)")[0][0]  # fmt: skip
+        strays = self._query(
+            "SELECT COUNT(*) FROM items i WHERE NOT EXISTS (SELECT 1 FROM namespaces n WHERE n.id = i.ns)"
+        )[0][0]
         if strays:
             problems.append(f"{strays} items of no namespace")
         return "; ".join(problems) or "ok"
@@ -665,10 +690,17 @@ class PostgresStore:
                 row = c.execute(
                     "INSERT INTO turns(ns, turn_id, session_id, speaker, text, timestamp, metadata, added_at)"
                     " VALUES(%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT(ns, turn_id) DO NOTHING RETURNING seq",
-                    (ns, _enc(turn.id), _enc(turn.session_id), _enc(turn.speaker), _enc(turn.text),
-                     None if turn.timestamp is None else _enc(turn.timestamp),
-                     json.dumps(turn.metadata, ensure_ascii=False), now),
-                ).fetchone()  # fmt: skip
+                    (
+                        ns,
+                        _enc(turn.id),
+                        _enc(turn.session_id),
+                        _enc(turn.speaker),
+                        _enc(turn.text),
+                        None if turn.timestamp is None else _enc(turn.timestamp),
+                        json.dumps(turn.metadata, ensure_ascii=False),
+                        now,
+                    ),
+                ).fetchone()
                 if row is not None:
                     turn.seq = int(row[0])
                     result.added.append(turn)
@@ -682,9 +714,16 @@ class PostgresStore:
 
     def _row_to_turn(self, row: tuple[Any, ...], namespace: Namespace | None) -> Turn:
         seq, turn_id, session_id, speaker, text, timestamp, metadata = row
-        return Turn(id=_dec(turn_id), text=_dec(text), speaker=_dec(speaker), session_id=_dec(session_id),
-                    timestamp=_opt_dec(timestamp), metadata=json.loads(metadata), namespace=namespace,
-                    seq=int(seq))  # fmt: skip
+        return Turn(
+            id=_dec(turn_id),
+            text=_dec(text),
+            speaker=_dec(speaker),
+            session_id=_dec(session_id),
+            timestamp=_opt_dec(timestamp),
+            metadata=json.loads(metadata),
+            namespace=namespace,
+            seq=int(seq),
+        )
 
     def get_turn(self, ns: int, turn_id: str) -> Turn:
         rows = self._query(f"SELECT {self._TURN_COLS} FROM turns WHERE ns=%s AND turn_id=%s", (ns, _enc(turn_id)))
@@ -693,9 +732,14 @@ class PostgresStore:
         return self._row_to_turn(rows[0], self._namespace_of(ns))
 
     def iter_turns(
-        self, ns: int, *, after_seq: int = 0, session_id: str | None = None, limit: int | None = None,
+        self,
+        ns: int,
+        *,
+        after_seq: int = 0,
+        session_id: str | None = None,
+        limit: int | None = None,
         batch: int = 1000,
-    ) -> Iterator[Turn]:  # fmt: skip
+    ) -> Iterator[Turn]:
         """The namespace's turns in log order (at most `limit`), read in batches (constant memory)."""
         namespace = self._namespace_of(ns)
         last, left = after_seq, limit
@@ -742,14 +786,18 @@ class PostgresStore:
             if session_id is not None:
                 found = self._query("SELECT 1 FROM turns WHERE ns=%s AND session_id=%s LIMIT 1", (ns, _enc(session_id)))
             else:
-                found = self._query("SELECT 1 FROM turns WHERE ns=%s AND turn_id = ANY(%s) LIMIT 1",
-                                    (ns, [_enc(t) for t in turn_ids or []]))  # fmt: skip
+                found = self._query(
+                    "SELECT 1 FROM turns WHERE ns=%s AND turn_id = ANY(%s) LIMIT 1",
+                    (ns, [_enc(t) for t in turn_ids or []]),
+                )
             if not found:
                 return 0
         with self._write() as c:
             if session_id is not None:
-                seqs = [int(r[0]) for r in c.execute("SELECT seq FROM turns WHERE ns=%s AND session_id=%s",
-                                                     (ns, _enc(session_id)))]  # fmt: skip
+                seqs = [
+                    int(r[0])
+                    for r in c.execute("SELECT seq FROM turns WHERE ns=%s AND session_id=%s", (ns, _enc(session_id)))
+                ]
             else:
                 seqs = list(self.seqs_of(ns, list(turn_ids or [])).values())
             if not seqs:
@@ -765,8 +813,12 @@ class PostgresStore:
         """Remove the derived rows that depend on the turns `seqs`; items that also cite surviving turns are
         re-ingested from the log (their owners' watermarks step back); owners declared `rebuild` start over."""
         gone = set(seqs)
-        affected = sorted({int(r[0]) for r in c.execute(
-            "SELECT item FROM item_turns WHERE ns=%s AND turn_seq = ANY(%s)", (ns, list(gone)))})  # fmt: skip
+        affected = sorted(
+            {
+                int(r[0])
+                for r in c.execute("SELECT item FROM item_turns WHERE ns=%s AND turn_seq = ANY(%s)", (ns, list(gone)))
+            }
+        )
         redo: dict[str, int] = {}  # space -> first surviving turn of a partly deleted item
         if affected:
             for space, seq in c.execute(
@@ -795,8 +847,10 @@ class PostgresStore:
     _OWNER_KEYS = "(engine=%s OR left(engine, length(%s) + 1) = %s || '@')"
 
     def _rewind(self, c: Any, ns: int, owner: str, upto: int) -> None:
-        c.execute(f"UPDATE watermarks SET upto=%s WHERE ns=%s AND upto>%s AND {self._OWNER_KEYS}",
-                  (upto, ns, upto, owner, owner, owner))  # fmt: skip
+        c.execute(
+            f"UPDATE watermarks SET upto=%s WHERE ns=%s AND upto>%s AND {self._OWNER_KEYS}",
+            (upto, ns, upto, owner, owner, owner),
+        )
 
     def _drop_owner(self, c: Any, ns: int, owner: str, spaces: Sequence[str]) -> None:
         """All of an owner's derived state in a namespace: items of its spaces, its engine state, its watermarks."""
@@ -840,8 +894,10 @@ class PostgresStore:
         with self._write() as c:
             c.execute("DELETE FROM derived_specs WHERE owner=%s", (spec.owner,))
             for space in spec.spaces:
-                c.execute("INSERT INTO derived_specs(owner, space, on_delete) VALUES(%s,%s,%s)",
-                          (spec.owner, space, spec.on_delete))  # fmt: skip
+                c.execute(
+                    "INSERT INTO derived_specs(owner, space, on_delete) VALUES(%s,%s,%s)",
+                    (spec.owner, space, spec.on_delete),
+                )
 
     def put_items(self, ns: int, space: str, items: Sequence[NewItem]) -> None:
         """Insert items; an existing key is kept (idempotent), and an item whose source or dependency turns are
@@ -850,8 +906,11 @@ class PostgresStore:
             return
         with self._write() as c:
             wanted_all = sorted({s for item in items for s in (*item.sources, *item.depends)})
-            alive = {int(r[0]) for r in c.execute("SELECT seq FROM turns WHERE ns=%s AND seq = ANY(%s)",
-                                                  (ns, wanted_all))} if wanted_all else set()  # fmt: skip
+            alive = (
+                {int(r[0]) for r in c.execute("SELECT seq FROM turns WHERE ns=%s AND seq = ANY(%s)", (ns, wanted_all))}
+                if wanted_all
+                else set()
+            )
             links: list[tuple[int, int, int, int]] = []
             for item in items:
                 cited = set(item.sources)
@@ -861,8 +920,14 @@ class PostgresStore:
                 row = c.execute(
                     "INSERT INTO items(ns, space, key, text, meta, tokens) VALUES(%s,%s,%s,%s,%s,%s)"
                     " ON CONFLICT(ns, space, key) DO NOTHING RETURNING id",
-                    (ns, space, _enc(item.key), _enc(item.text), json.dumps(item.meta, ensure_ascii=False),
-                     item.tokens),
+                    (
+                        ns,
+                        space,
+                        _enc(item.key),
+                        _enc(item.text),
+                        json.dumps(item.meta, ensure_ascii=False),
+                        item.tokens,
+                    ),
                 ).fetchone()
                 if row is not None:
                     links += [(ns, int(row[0]), s, int(s in cited)) for s in wanted]
@@ -874,14 +939,16 @@ class PostgresStore:
                     )
 
     def item_ids(self, ns: int, space: str, keys: Sequence[str]) -> dict[str, int]:
-        rows = self._query("SELECT key, id FROM items WHERE ns=%s AND space=%s AND key = ANY(%s)",
-                           (ns, space, [_enc(k) for k in keys]))  # fmt: skip
+        rows = self._query(
+            "SELECT key, id FROM items WHERE ns=%s AND space=%s AND key = ANY(%s)", (ns, space, [_enc(k) for k in keys])
+        )
         return {_dec(k): int(i) for k, i in rows}
 
     def items_after(self, ns: int, space: str, after_id: int) -> list[tuple[int, str]]:
         """(id, text) of the space's items newer than `after_id`, in id order: feeds incremental indexes."""
-        rows = self._query("SELECT id, text FROM items WHERE ns=%s AND space=%s AND id>%s ORDER BY id",
-                           (ns, space, after_id))  # fmt: skip
+        rows = self._query(
+            "SELECT id, text FROM items WHERE ns=%s AND space=%s AND id>%s ORDER BY id", (ns, space, after_id)
+        )
         return [(int(i), _dec(t)) for i, t in rows]
 
     def get_items(self, ns: int, ids: Sequence[int]) -> dict[int, Item]:
@@ -922,8 +989,10 @@ class PostgresStore:
 
     def item_vectors(self, ns: int, model: str, item_ids: Sequence[int]) -> dict[int, np.ndarray]:
         """The vectors from `model` of the given items (those that have one)."""
-        rows = self._query("SELECT item, vec FROM vectors WHERE ns=%s AND model=%s AND item = ANY(%s)",
-                           (ns, model, sorted(set(item_ids))))  # fmt: skip
+        rows = self._query(
+            "SELECT item, vec FROM vectors WHERE ns=%s AND model=%s AND item = ANY(%s)",
+            (ns, model, sorted(set(item_ids))),
+        )
         return {int(i): _array(v) for i, v in rows}
 
     def put_vectors(self, ns: int, space: str, model: str, rows: Sequence[tuple[int, str, np.ndarray]]) -> None:
@@ -932,8 +1001,10 @@ class PostgresStore:
         if not rows:
             return
         with self._write() as c:
-            alive = {int(r[0]) for r in c.execute("SELECT id FROM items WHERE ns=%s AND id = ANY(%s)",
-                                                  (ns, [r[0] for r in rows]))}  # fmt: skip
+            alive = {
+                int(r[0])
+                for r in c.execute("SELECT id FROM items WHERE ns=%s AND id = ANY(%s)", (ns, [r[0] for r in rows]))
+            }
             vecs, cache = [], []
             for item_id, digest, vec in rows:
                 if item_id not in alive:  # nothing is written for an item deleted while it was being embedded
@@ -957,8 +1028,9 @@ class PostgresStore:
     def _maybe_index(self, c: Any, ns: int, space: str, model: str, dims: int) -> None:
         """Build the partition's HNSW index once it holds `hnsw_threshold` vectors (inside the writing
         transaction: the index exists from the commit on that made the partition large)."""
-        if c.execute("SELECT 1 FROM vector_indexes WHERE ns=%s AND space=%s AND model=%s", (ns, space, model)
-                     ).fetchone():  # fmt: skip
+        if c.execute(
+            "SELECT 1 FROM vector_indexes WHERE ns=%s AND space=%s AND model=%s", (ns, space, model)
+        ).fetchone():
             return
         count = c.execute(
             "SELECT COUNT(*) FROM (SELECT 1 FROM vectors WHERE ns=%s AND space=%s AND model=%s LIMIT %s) t",
@@ -973,11 +1045,19 @@ class PostgresStore:
         statement = sql.SQL(
             "CREATE INDEX IF NOT EXISTS {name} ON {table} USING hnsw ((vec::vector({dims})) vector_cosine_ops)"
             " WITH (m = {m}, ef_construction = {ef}) WHERE ns = {ns} AND space = {space} AND model = {model}"
-        ).format(name=sql.Identifier(name), table=sql.Identifier(SCHEMA, "vectors"), dims=sql.Literal(dims),
-                 m=sql.Literal(HNSW_M), ef=sql.Literal(HNSW_EF_CONSTRUCTION), ns=sql.Literal(ns),
-                 space=sql.Literal(space), model=sql.Literal(model))  # fmt: skip
-        register = ("INSERT INTO vector_indexes(ns, space, model, dims, name) VALUES(%s,%s,%s,%s,%s)"
-                    " ON CONFLICT DO NOTHING")  # fmt: skip
+        ).format(
+            name=sql.Identifier(name),
+            table=sql.Identifier(SCHEMA, "vectors"),
+            dims=sql.Literal(dims),
+            m=sql.Literal(HNSW_M),
+            ef=sql.Literal(HNSW_EF_CONSTRUCTION),
+            ns=sql.Literal(ns),
+            space=sql.Literal(space),
+            model=sql.Literal(model),
+        )
+        register = (
+            "INSERT INTO vector_indexes(ns, space, model, dims, name) VALUES(%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING"
+        )
         # Fresh statistics: with the table's old ones (none, or from when the partition was small) the planner
         # estimates a row or two for the partition and sorts it through the btree instead of using this index.
         analyze = sql.SQL("ANALYZE {}").format(sql.Identifier(SCHEMA, "vectors"))
@@ -1002,8 +1082,9 @@ class PostgresStore:
             return self._hnsw[key]
         return self._hnsw[key]
 
-    def vector_search(self, ns: int, space: str, model: str, vector: np.ndarray, k: int,
-                      *, exact: bool = False) -> list[tuple[int, float]]:  # fmt: skip
+    def vector_search(
+        self, ns: int, space: str, model: str, vector: np.ndarray, k: int, *, exact: bool = False
+    ) -> list[tuple[int, float]]:
         """Top-k (item id, cosine) among one namespace's vectors of one space and model, in the database: exact
         below the HNSW threshold (or when `exact`), through the partition's HNSW index above it."""
         if k <= 0:
@@ -1021,8 +1102,7 @@ class PostgresStore:
             statement = sql.SQL(
                 "SELECT item, 1 - ((vec::vector({d})) <=> %s::vector({d})) FROM vectors WHERE ns = {ns} AND"
                 " space = {space} AND model = {model} ORDER BY (vec::vector({d})) <=> %s::vector({d}) LIMIT %s"
-            ).format(d=sql.Literal(index[1]), ns=sql.Literal(ns), space=sql.Literal(space),
-                     model=sql.Literal(model))  # fmt: skip
+            ).format(d=sql.Literal(index[1]), ns=sql.Literal(ns), space=sql.Literal(space), model=sql.Literal(model))
             ef = max(HNSW_EF_SEARCH, 2 * k)
             if ef != HNSW_EF_SEARCH and self._bound.conn is None:
                 with self.snapshot():
@@ -1038,8 +1118,9 @@ class PostgresStore:
         return out
 
     def vector_count(self, ns: int, space: str, model: str) -> int:
-        return int(self._query("SELECT COUNT(*) FROM vectors WHERE ns=%s AND space=%s AND model=%s",
-                               (ns, space, model))[0][0])  # fmt: skip
+        return int(
+            self._query("SELECT COUNT(*) FROM vectors WHERE ns=%s AND space=%s AND model=%s", (ns, space, model))[0][0]
+        )
 
     def cache_embeddings(self, ns: int, model: str, rows: Sequence[tuple[str, np.ndarray]]) -> None:
         """Remember (text hash, vector) rows of texts that are not items (e.g. vocabulary labels)."""
@@ -1052,8 +1133,10 @@ class PostgresStore:
             )
 
     def cached_embeddings(self, ns: int, model: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        rows = self._query("SELECT text_hash, vec FROM embed_cache WHERE ns=%s AND model=%s AND text_hash = ANY(%s)",
-                           (ns, model, list(set(hashes))))  # fmt: skip
+        rows = self._query(
+            "SELECT text_hash, vec FROM embed_cache WHERE ns=%s AND model=%s AND text_hash = ANY(%s)",
+            (ns, model, list(set(hashes))),
+        )
         return {h: np.frombuffer(bytes(blob), dtype=np.float32) for h, blob in rows}
 
     # ------------------------------------------------------------------ labels and engine state
@@ -1077,8 +1160,9 @@ class PostgresStore:
                 if items is not None:
                     scope = " AND item = ANY(%s)"
                     params.append(list(items))
-                found = c.execute(f"SELECT item FROM labels WHERE ns=%s AND kind=%s AND label=%s{scope}",
-                                  params).fetchall()  # fmt: skip
+                found = c.execute(
+                    f"SELECT item FROM labels WHERE ns=%s AND kind=%s AND label=%s{scope}", params
+                ).fetchall()
                 if found:
                     with c.cursor() as cur:
                         cur.executemany(
@@ -1135,8 +1219,9 @@ class PostgresStore:
         return int(rows[0][0]) if rows else 0
 
     def _bump_epoch(self, c: Any, ns: int) -> None:
-        c.execute("INSERT INTO epochs(ns, epoch) VALUES(%s, 1) ON CONFLICT(ns) DO UPDATE SET epoch = epochs.epoch + 1",
-                  (ns,))  # fmt: skip
+        c.execute(
+            "INSERT INTO epochs(ns, epoch) VALUES(%s, 1) ON CONFLICT(ns) DO UPDATE SET epoch = epochs.epoch + 1", (ns,)
+        )
 
     def derived_state(self, ns: int) -> dict[str, Any]:
         """Every derived row of a namespace in a canonical, store-independent form (turn ids, not row ids):
@@ -1145,16 +1230,28 @@ class PostgresStore:
         with self.snapshot():
             return canonical_state(
                 ((int(seq), _dec(t)) for seq, t in q("SELECT seq, turn_id FROM turns WHERE ns=%s", (ns,))),
-                ((int(i), space, _dec(key), _dec(text), meta, tokens) for i, space, key, text, meta, tokens
-                 in q("SELECT id, space, key, text, meta, tokens FROM items WHERE ns=%s", (ns,))),
-                ((int(i), int(seq), cited) for i, seq, cited
-                 in q("SELECT item, turn_seq, cited FROM item_turns WHERE ns=%s", (ns,))),
-                ((int(i), kind, _dec(label)) for i, kind, label
-                 in q("SELECT item, kind, label FROM labels WHERE ns=%s", (ns,))),
-                ((int(i), model, digest, _array(vec).tobytes()) for i, model, digest, vec
-                 in q("SELECT item, model, text_hash, vec FROM vectors WHERE ns=%s", (ns,))),
-                ((owner, _dec(key), value) for owner, key, value
-                 in q("SELECT engine, key, value FROM kv WHERE ns=%s", (ns,))),
+                (
+                    (int(i), space, _dec(key), _dec(text), meta, tokens)
+                    for i, space, key, text, meta, tokens in q(
+                        "SELECT id, space, key, text, meta, tokens FROM items WHERE ns=%s", (ns,)
+                    )
+                ),
+                (
+                    (int(i), int(seq), cited)
+                    for i, seq, cited in q("SELECT item, turn_seq, cited FROM item_turns WHERE ns=%s", (ns,))
+                ),
+                (
+                    (int(i), kind, _dec(label))
+                    for i, kind, label in q("SELECT item, kind, label FROM labels WHERE ns=%s", (ns,))
+                ),
+                (
+                    (int(i), model, digest, _array(vec).tobytes())
+                    for i, model, digest, vec in q("SELECT item, model, text_hash, vec FROM vectors WHERE ns=%s", (ns,))
+                ),
+                (
+                    (owner, _dec(key), value)
+                    for owner, key, value in q("SELECT engine, key, value FROM kv WHERE ns=%s", (ns,))
+                ),
                 ((key, int(upto)) for key, upto in q("SELECT engine, upto FROM watermarks WHERE ns=%s", (ns,))),
             )
 
@@ -1173,9 +1270,20 @@ class PostgresStore:
                 " completion_tokens, seconds, at) VALUES(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
                 " ON CONFLICT(ns, key) DO UPDATE SET response=excluded.response, request=excluded.request,"
                 " at=excluded.at",
-                (ns, call.key, call.backend, call.method, call.stage, call.request, call.response,
-                 call.prompt_tokens, call.completion_tokens, call.seconds, time.time()),
-            )  # fmt: skip
+                (
+                    ns,
+                    call.key,
+                    call.backend,
+                    call.method,
+                    call.stage,
+                    call.request,
+                    call.response,
+                    call.prompt_tokens,
+                    call.completion_tokens,
+                    call.seconds,
+                    time.time(),
+                ),
+            )
 
     def call_summary(self) -> list[dict[str, Any]]:
         """Cached model calls of every namespace, grouped by backend, stage and method."""
@@ -1184,18 +1292,21 @@ class PostgresStore:
             " FROM llm_calls GROUP BY backend, stage, method ORDER BY backend, stage, method"
         )
         keys = ("backend", "stage", "method", "calls", "prompt_tokens", "completion_tokens", "seconds")
-        return [dict(zip(keys, (b, s, m, int(n), int(p or 0), int(cpl or 0), float(sec or 0.0)), strict=True))
-                for b, s, m, n, p, cpl, sec in rows]  # fmt: skip
+        return [
+            dict(zip(keys, (b, s, m, int(n), int(p or 0), int(cpl or 0), float(sec or 0.0)), strict=True))
+            for b, s, m, n, p, cpl, sec in rows
+        ]
 
     # ------------------------------------------------------------------ history
     def _log(self, c: Any, ns: int | None, op: str, detail: dict[str, Any]) -> None:
-        c.execute("INSERT INTO history(ns, at, op, detail) VALUES(%s,%s,%s,%s)",
-                  (ns, time.time(), op, json.dumps(detail, ensure_ascii=False)))  # fmt: skip
+        c.execute(
+            "INSERT INTO history(ns, at, op, detail) VALUES(%s,%s,%s,%s)",
+            (ns, time.time(), op, json.dumps(detail, ensure_ascii=False)),
+        )
 
     def history(self, ns: int, limit: int = 100) -> list[dict[str, Any]]:
         """The namespace's changes, newest first."""
-        rows = self._query("SELECT id, at, op, detail FROM history WHERE ns=%s ORDER BY id DESC LIMIT %s",
-                           (ns, limit))  # fmt: skip
+        rows = self._query("SELECT id, at, op, detail FROM history WHERE ns=%s ORDER BY id DESC LIMIT %s", (ns, limit))
         return [{"id": int(i), "at": at, "op": op, **json.loads(detail)} for i, at, op, detail in rows]
 
 

@@ -1,4 +1,4 @@
-"""The embedded store: SQLite in WAL mode holding the raw turn log and every derived row (DESIGN.md promises 1-3).
+"""The embedded store: SQLite in WAL mode holding the raw turn log and every derived row (docs/design.md promises 1-3).
 
 Namespaces are hard partitions: every query below that reads or writes user data names `ns` in its WHERE
 clause or key. Derived rows are declared by their owners (`DerivedSpec`) and record the turns they cite and
@@ -216,8 +216,9 @@ class SQLiteStore:
             self._conn.execute("PRAGMA synchronous=FULL")
             self._open()
             if not memory:  # a second connection for reads outside this process's write transaction
-                self._reader = sqlite3.connect(target, timeout=timeout, isolation_level=None,
-                                               check_same_thread=False, uri=uri)  # fmt: skip
+                self._reader = sqlite3.connect(
+                    target, timeout=timeout, isolation_level=None, check_same_thread=False, uri=uri
+                )
                 self._reader.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
                 self._reader.execute("PRAGMA query_only=ON")
         except sqlite3.DatabaseError as exc:
@@ -407,8 +408,10 @@ class SQLiteStore:
         """The error a failed write reports: the real cause (a full disk above all), never the failed rollback
         that follows it; the transaction was undone, so what was stored before is intact."""
         if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc).lower():
-            return StoreError(f"disk full: {self.path} could not be written ({exc}); this write was undone and"
-                              " everything stored before is intact. Free some space and try again.")  # fmt: skip
+            return StoreError(
+                f"disk full: {self.path} could not be written ({exc}); this write was undone and"
+                " everything stored before is intact. Free some space and try again."
+            )
         return StoreError(f"could not write to {self.path}: {exc}; this write was undone")
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -483,9 +486,17 @@ class SQLiteStore:
                 cur = c.execute(
                     "INSERT OR IGNORE INTO turns(ns, turn_id, session_id, speaker, text, timestamp, metadata,"
                     " added_at) VALUES(?,?,?,?,?,?,?,?)",
-                    (ns, turn.id, turn.session_id, turn.speaker, turn.text, turn.timestamp,
-                     json.dumps(turn.metadata, ensure_ascii=False), now),
-                )  # fmt: skip
+                    (
+                        ns,
+                        turn.id,
+                        turn.session_id,
+                        turn.speaker,
+                        turn.text,
+                        turn.timestamp,
+                        json.dumps(turn.metadata, ensure_ascii=False),
+                        now,
+                    ),
+                )
                 if cur.rowcount == 1:
                     turn.seq = cur.lastrowid
                     result.added.append(turn)
@@ -497,8 +508,16 @@ class SQLiteStore:
 
     def _row_to_turn(self, row: tuple[Any, ...], namespace: Namespace | None) -> Turn:
         seq, turn_id, session_id, speaker, text, timestamp, metadata = row
-        return Turn(id=turn_id, text=text, speaker=speaker, session_id=session_id, timestamp=timestamp,
-                    metadata=json.loads(metadata), namespace=namespace, seq=seq)  # fmt: skip
+        return Turn(
+            id=turn_id,
+            text=text,
+            speaker=speaker,
+            session_id=session_id,
+            timestamp=timestamp,
+            metadata=json.loads(metadata),
+            namespace=namespace,
+            seq=seq,
+        )
 
     _TURN_COLS = "seq, turn_id, session_id, speaker, text, timestamp, metadata"
 
@@ -509,9 +528,14 @@ class SQLiteStore:
         return self._row_to_turn(rows[0], self._namespace_of(ns))
 
     def iter_turns(
-        self, ns: int, *, after_seq: int = 0, session_id: str | None = None, limit: int | None = None,
+        self,
+        ns: int,
+        *,
+        after_seq: int = 0,
+        session_id: str | None = None,
+        limit: int | None = None,
         batch: int = 1000,
-    ) -> Iterator[Turn]:  # fmt: skip
+    ) -> Iterator[Turn]:
         """The namespace's turns in log order (at most `limit`), read in batches (constant memory)."""
         namespace = self._namespace_of(ns)
         last, left = after_seq, limit
@@ -545,8 +569,9 @@ class SQLiteStore:
         out: dict[str, int] = {}
         for chunk in _chunks(list(dict.fromkeys(turn_ids)), 500):
             marks = ",".join("?" * len(chunk))
-            for tid, seq in self._query(f"SELECT turn_id, seq FROM turns WHERE ns=? AND turn_id IN ({marks})",
-                                        (ns, *chunk)):  # fmt: skip
+            for tid, seq in self._query(
+                f"SELECT turn_id, seq FROM turns WHERE ns=? AND turn_id IN ({marks})", (ns, *chunk)
+            ):
                 out[tid] = seq
         return out
 
@@ -586,13 +611,17 @@ class SQLiteStore:
         affected: set[int] = set()
         for chunk in _chunks(list(gone), 500):
             marks = ",".join("?" * len(chunk))
-            affected.update(r[0] for r in c.execute(
-                f"SELECT item FROM item_turns WHERE ns=? AND turn_seq IN ({marks})", (ns, *chunk)))  # fmt: skip
+            affected.update(
+                r[0]
+                for r in c.execute(f"SELECT item FROM item_turns WHERE ns=? AND turn_seq IN ({marks})", (ns, *chunk))
+            )
         redo: dict[str, int] = {}  # space -> first surviving turn of a partly deleted item
         for chunk in _chunks(sorted(affected), 500):
             marks = ",".join("?" * len(chunk))
-            sql = (f"SELECT i.space, it.turn_seq FROM item_turns it JOIN items i ON i.id = it.item"
-                   f" WHERE it.item IN ({marks}) AND +it.ns=? AND it.cited=1")  # fmt: skip
+            sql = (
+                f"SELECT i.space, it.turn_seq FROM item_turns it JOIN items i ON i.id = it.item"
+                f" WHERE it.item IN ({marks}) AND +it.ns=? AND it.cited=1"
+            )
             for space, seq in c.execute(sql, (*chunk, ns)):
                 if seq not in gone:
                     redo[space] = min(seq, redo.get(space, seq))
@@ -600,8 +629,10 @@ class SQLiteStore:
         # The embedding cache keeps only what a surviving item's vector uses: the vectors of the dropped items and
         # remembered embeddings of other texts (vocabulary labels, texts embedded ahead of ingest) may stem from a
         # deleted turn, so they go, and are recomputed when needed.
-        c.execute("DELETE FROM embed_cache WHERE ns=? AND text_hash NOT IN (SELECT text_hash FROM vectors WHERE ns=?)",
-                  (ns, ns))  # fmt: skip
+        c.execute(
+            "DELETE FROM embed_cache WHERE ns=? AND text_hash NOT IN (SELECT text_hash FROM vectors WHERE ns=?)",
+            (ns, ns),
+        )
         specs = c.execute("SELECT owner, space, on_delete FROM derived_specs").fetchall()
         for owner, space, _ in specs:
             if space in redo:  # step back so the owner re-ingests the surviving turns of the dropped item
@@ -658,8 +689,10 @@ class SQLiteStore:
             return
         with self._write() as c:
             c.execute("DELETE FROM derived_specs WHERE owner=?", (spec.owner,))
-            c.executemany("INSERT INTO derived_specs(owner, space, on_delete) VALUES(?,?,?)",
-                          [(spec.owner, s, spec.on_delete) for s in spec.spaces])  # fmt: skip
+            c.executemany(
+                "INSERT INTO derived_specs(owner, space, on_delete) VALUES(?,?,?)",
+                [(spec.owner, s, spec.on_delete) for s in spec.spaces],
+            )
 
     def put_items(self, ns: int, space: str, items: Sequence[NewItem]) -> None:
         """Insert items; an existing key is kept (idempotent), and an item whose source or dependency turns are
@@ -912,9 +945,20 @@ class SQLiteStore:
             c.execute(
                 "INSERT OR REPLACE INTO llm_calls(ns, key, backend, method, stage, request, response, prompt_tokens,"
                 " completion_tokens, seconds, at) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-                (ns, call.key, call.backend, call.method, call.stage, call.request, call.response,
-                 call.prompt_tokens, call.completion_tokens, call.seconds, time.time()),
-            )  # fmt: skip
+                (
+                    ns,
+                    call.key,
+                    call.backend,
+                    call.method,
+                    call.stage,
+                    call.request,
+                    call.response,
+                    call.prompt_tokens,
+                    call.completion_tokens,
+                    call.seconds,
+                    time.time(),
+                ),
+            )
 
     def call_summary(self) -> list[dict[str, Any]]:
         """Cached model calls of every namespace, grouped by backend, stage and method."""

@@ -36,8 +36,9 @@ class Evidence:
         return [*self.anchors, *(i for i in self.neighbours if i not in self.anchors)]
 
 
-def local_evidence(window: int, members: Sequence[int], rank: dict[int, int], per_window: int,
-                   neighbours: int) -> Evidence:  # fmt: skip
+def local_evidence(
+    window: int, members: Sequence[int], rank: dict[int, int], per_window: int, neighbours: int
+) -> Evidence:
     """Model-free: the window's `per_window` turns ranked best by the question's fused ranking (`rank`: item id
     -> position), and up to `neighbours` turns either side of each, inside the window."""
     placed = sorted((rank[i], pos) for pos, i in enumerate(members) if i in rank)
@@ -67,14 +68,26 @@ def assistant_messages(block: str, question: str, now: str | None = None) -> lis
     ]
 
 
-def model_evidence(client: LLMClient, block: str, ids: Sequence[str], question: str, *, per_window: int,
-                   margin: float, note_tokens: int, now: str | None = None) -> tuple[str, list[str]]:  # fmt: skip
+def model_evidence(
+    client: LLMClient,
+    block: str,
+    ids: Sequence[str],
+    question: str,
+    *,
+    per_window: int,
+    margin: float,
+    note_tokens: int,
+    now: str | None = None,
+) -> tuple[str, list[str]]:
     """Model mode: the assistant's one-line note, then up to `per_window` supporting turn ids chosen under
     constraint among `ids` (a further id only within `margin` log-probability of the first). Raises LLMError."""
     messages = assistant_messages(block, question, now)
     note = client.chat(messages, max_tokens=note_tokens).text.strip().split("\n")[0].strip()
-    asked = [*messages, {"role": "assistant", "content": note or NOTHING},
-             {"role": "user", "content": "Give the id of the excerpt that supports your line."}]  # fmt: skip
+    asked = [
+        *messages,
+        {"role": "assistant", "content": note or NOTHING},
+        {"role": "user", "content": "Give the id of the excerpt that supports your line."},
+    ]
     chosen = client.choose(asked, list(ids), k=min(per_window, len(ids)))
     best = chosen[0].logprob
     if best is None:

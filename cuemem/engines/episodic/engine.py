@@ -1,4 +1,4 @@
-"""Engine `episodic`: episodic context reconstruction (DESIGN.md design 4; E-mem, arXiv 2601.21714).
+"""Engine `episodic`: episodic context reconstruction (docs/design.md design 4; E-mem, arXiv 2601.21714).
 
 Ingest keeps every turn raw (one item per turn, with its vector) and cuts the log into overlapping token windows
 (`episodes.segment`); each closed window gets a summary (extractive, or model-made in `summary="model"`), stored
@@ -42,8 +42,7 @@ log = logging.getLogger(__name__)
 Ranked = list[tuple[int, float]]
 Reader = Callable[..., Answer]  # cuemem.answer.read: (client, question, retrieval, *, now, abstain, notes)
 
-SUMMARY_PROMPT = ("Summarise this part of a conversation in one or two sentences: who talks, about what, "
-                  "and when.")  # fmt: skip
+SUMMARY_PROMPT = "Summarise this part of a conversation in one or two sentences: who talks, about what, and when."
 # System 1 is for questions that ask for one stated fact; these forms need the episode around it (time, reasons,
 # counts, comparisons, inference).
 DEEP_FORM = re.compile(
@@ -100,8 +99,11 @@ class EpisodicEngine:
     def stats(self, ctx: EngineContext) -> dict[str, int]:
         """Turns, windows (closed and open), summaries by kind, unparsed timestamps."""
         view = self.episodes(ctx)
-        out = {"turns": len(view.items), "windows": len(view.windows),
-               "unparsed_timestamps": turn_table(ctx, self.space("turn")).unparsed}  # fmt: skip
+        out = {
+            "turns": len(view.items),
+            "windows": len(view.windows),
+            "unparsed_timestamps": turn_table(ctx, self.space("turn")).unparsed,
+        }
         for kind in view.kinds:
             key = "summaries_" + kind.split(" ")[0] + ("_fallback" if "failed" in kind else "")
             out[key] = out.get(key, 0) + 1
@@ -135,9 +137,15 @@ class EpisodicEngine:
         items = ctx.store.get_items(ctx.ns, members)
         seqs = sorted(ctx.store.seqs_of(ctx.ns, [t for i in members if i in items for t in items[i].turn_ids]).values())
         key = self.window_key(span)
-        ctx.store.put_items(ctx.ns, self.space("window"), [
-            NewItem(key, text, {"window": number, "summary": kind, "turns": len(members)}, seqs,
-                    ctx.tokens.count(text))])  # fmt: skip
+        ctx.store.put_items(
+            ctx.ns,
+            self.space("window"),
+            [
+                NewItem(
+                    key, text, {"window": number, "summary": kind, "turns": len(members)}, seqs, ctx.tokens.count(text)
+                )
+            ],
+        )
         ids = ctx.store.item_ids(ctx.ns, self.space("window"), [key])
         if key in ids:
             hashes, vectors = ctx.embed([text])
@@ -152,8 +160,9 @@ class EpisodicEngine:
             hits = ctx.hits_from_items([(i, 0.0) for i in present], self.name)
             block, _ = context_block(hits)
             try:
-                text = ctx.llm.chat([{"role": "system", "content": SUMMARY_PROMPT},
-                                     {"role": "user", "content": block}], max_tokens=64).text  # fmt: skip
+                text = ctx.llm.chat(
+                    [{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": block}], max_tokens=64
+                ).text
                 text = " ".join(text.split())
                 if text:
                     return text, "model"
@@ -166,8 +175,10 @@ class EpisodicEngine:
         dim = next((len(v) for v in vectors.values()), 1)
         matrix = np.array([vectors.get(i, np.zeros(dim, dtype=np.float32)) for i in present], dtype=np.float32)
         metas = [items[i].meta for i in present]
-        lines = [f"{m.get('speaker', '')}: {items[i].text}" if m.get("speaker") else items[i].text
-                 for i, m in zip(present, metas, strict=True)]  # fmt: skip
+        lines = [
+            f"{m.get('speaker', '')}: {items[i].text}" if m.get("speaker") else items[i].text
+            for i, m in zip(present, metas, strict=True)
+        ]
         dates = [session_header(m) if m.get("timestamp") else "" for m in metas]
         return extractive_summary(lines, [str(m.get("speaker") or "") for m in metas], dates, matrix), kind
 
@@ -212,8 +223,15 @@ class EpisodicEngine:
             for w, text in enumerate(summaries):
                 index.add(w, text)
             dim = len(vectors[0]) if vectors else 1
-            view = Episodes(items, windows, member, summaries, kinds,
-                            np.array(vectors, dtype=np.float32).reshape(len(vectors), dim), index)  # fmt: skip
+            view = Episodes(
+                items,
+                windows,
+                member,
+                summaries,
+                kinds,
+                np.array(vectors, dtype=np.float32).reshape(len(vectors), dim),
+                index,
+            )
             ctx.indexes.keep_view(ns, name, version, view)
             return view
 
@@ -231,8 +249,9 @@ class EpisodicEngine:
         return view.centroids
 
     # ------------------------------------------------------------------ routing
-    def pathway_scores(self, ctx: EngineContext, view: Episodes, query: str, vector: np.ndarray,
-                       lexical: Ranked, semantic: Ranked) -> dict[str, dict[int, float]]:  # fmt: skip
+    def pathway_scores(
+        self, ctx: EngineContext, view: Episodes, query: str, vector: np.ndarray, lexical: Ranked, semantic: Ranked
+    ) -> dict[str, dict[int, float]]:
         """Each pathway's score per window: best-turn BM25, best-turn cosine (or centroid cosine), and the summary
         match (reciprocal-rank fusion of BM25 over the summaries and the summary vectors' cosine)."""
         n = len(view.windows)
@@ -267,8 +286,10 @@ class EpisodicEngine:
         inference form) and routing is confident (the dense and BM25 pathways' best windows agree)."""
         if DEEP_FORM.search(query) or not activated:
             return False
-        best = {p: max(scores.get(p, {}).items(), key=lambda kv: (kv[1], -kv[0]), default=(None, 0.0))[0]
-                for p in ("dense", "bm25")}  # fmt: skip
+        best = {
+            p: max(scores.get(p, {}).items(), key=lambda kv: (kv[1], -kv[0]), default=(None, 0.0))[0]
+            for p in ("dense", "bm25")
+        }
         return best["dense"] is not None and best["dense"] == best["bm25"]
 
     # ------------------------------------------------------------------ retrieval: routing + assistants
@@ -289,14 +310,18 @@ class EpisodicEngine:
                 if text == query
                 else ([i for i, _ in ctx.bm25(space, text, depth)], [i for i, _ in ctx.nearest(space, model, v, depth)])
             )
-            return [(int(i), s) for i, s in reciprocal_rank_fusion(lists, k=ctx.settings.rrf_k,
-                                                                    weights=ctx.fusion_weights())]  # fmt: skip
+            return [
+                (int(i), s)
+                for i, s in reciprocal_rank_fusion(lists, k=ctx.settings.rrf_k, weights=ctx.fusion_weights())
+            ]
 
         ranked, detail = refine(ctx, space, query, vector, fused(query, vector), fused)
         scores = self.pathway_scores(ctx, view, query, vector, lexical, semantic)
         activated = self.route(scores, len(view.windows))
-        routing = [{"window": a.window, "pathways": a.pathways, "scores": a.scores,
-                    "summary": view.kinds[a.window]} for a in activated]  # fmt: skip
+        routing = [
+            {"window": a.window, "pathways": a.pathways, "scores": a.scores, "summary": view.kinds[a.window]}
+            for a in activated
+        ]
         if cfg.adaptive and self.fast_path(query, activated, scores):
             hits = ctx.hits_from_items(ranked[:k], self.name)
             for hit in hits:
@@ -305,20 +330,29 @@ class EpisodicEngine:
         evidence = self.assistants(ctx, view, query, activated, ranked)
         return self.evidence_hits(ctx, view, ranked, evidence, activated, k, {**detail, "routing": routing})
 
-    def assistants(self, ctx: EngineContext, view: Episodes, query: str, activated: list[Activation],
-                   ranked: list[tuple[int, float]]) -> list[Evidence]:  # fmt: skip
+    def assistants(
+        self,
+        ctx: EngineContext,
+        view: Episodes,
+        query: str,
+        activated: list[Activation],
+        ranked: list[tuple[int, float]],
+    ) -> list[Evidence]:
         """Each activated window's evidence, in activation order: model mode runs the assistants concurrently
         where the backend takes concurrent calls (an OpenAI-compatible endpoint), one after another otherwise."""
         cfg = self.config
         rank = {item: r for r, (item, _) in enumerate(ranked)}
-        local = [local_evidence(a.window, view.members(a.window), rank, cfg.evidence, cfg.neighbours)
-                 for a in activated]  # fmt: skip
+        local = [
+            local_evidence(a.window, view.members(a.window), rank, cfg.evidence, cfg.neighbours) for a in activated
+        ]
         if not cfg.model:
             return local
         client = ctx.llm
         stage, tally = client.current_stage, client.current_tally
-        shortlists = {a.window: local_evidence(a.window, view.members(a.window), rank, cfg.shortlist, 0).anchors
-                      for a in activated}  # fmt: skip
+        shortlists = {
+            a.window: local_evidence(a.window, view.members(a.window), rank, cfg.shortlist, 0).anchors
+            for a in activated
+        }
 
         def run(fallback: Evidence) -> Evidence:
             with client.stage(stage), client.tally(tally) if tally is not None else nullcontext():
@@ -330,8 +364,15 @@ class EpisodicEngine:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cuemem-assistant") as pool:
             return list(pool.map(run, local))
 
-    def _model_assistant(self, ctx: EngineContext, client: LLMClient, view: Episodes, query: str,
-                         fallback: Evidence, shortlist: list[int]) -> Evidence:  # fmt: skip
+    def _model_assistant(
+        self,
+        ctx: EngineContext,
+        client: LLMClient,
+        view: Episodes,
+        query: str,
+        fallback: Evidence,
+        shortlist: list[int],
+    ) -> Evidence:
         """The model reads the whole raw window, notes what answers the question, and chooses the supporting
         turns among the window's `shortlist` best in the question's ranking, offered in that order (a small
         model's choice among all of a window's ids leans to the first ids offered)."""
@@ -343,8 +384,16 @@ class EpisodicEngine:
         turn_of = {item: turn for turn, item in item_of.items()}
         options = [turn_of[i] for i in shortlist if i in turn_of] or ids
         try:
-            note, chosen = model_evidence(client, block, options, query, per_window=cfg.evidence,
-                                          margin=cfg.margin, note_tokens=cfg.note_tokens, now=ctx.now)  # fmt: skip
+            note, chosen = model_evidence(
+                client,
+                block,
+                options,
+                query,
+                per_window=cfg.evidence,
+                margin=cfg.margin,
+                note_tokens=cfg.note_tokens,
+                now=ctx.now,
+            )
         except LLMError as exc:
             log.warning("%s: an assistant fell back to model-free evidence: %s", self.name, exc)
             return replace(fallback, error=str(exc)[:200])
@@ -353,9 +402,16 @@ class EpisodicEngine:
             fallback.window, anchors, around(members, anchors, cfg.neighbours), note, found=not says_nothing(note)
         )
 
-    def evidence_hits(self, ctx: EngineContext, view: Episodes, ranked: list[tuple[int, float]],
-                      evidence: list[Evidence], activated: list[Activation], k: int,
-                      detail: dict[str, Any]) -> list[Hit]:  # fmt: skip
+    def evidence_hits(
+        self,
+        ctx: EngineContext,
+        view: Episodes,
+        ranked: list[tuple[int, float]],
+        evidence: list[Evidence],
+        activated: list[Activation],
+        k: int,
+        detail: dict[str, Any],
+    ) -> list[Hit]:
         """Hits: the anchors of windows that found something, then the other windows' anchors (each group in the
         question's fused ranking order), then (with `fill`) the rest of the fused ranking, where the anchors'
         neighbours fall in it (those it misses last); without `fill`, the neighbours after the anchors."""
@@ -392,8 +448,12 @@ class EpisodicEngine:
         for hit in hits:
             item = item_of.get(hit.turn_ids[0], -1)
             source, role = info.get(item, (None, "fill"))
-            episodic: dict[str, Any] = {"system": 2, "evidence": source is not None, "role": role,
-                                        "seq": position.get(item, -1)}  # fmt: skip
+            episodic: dict[str, Any] = {
+                "system": 2,
+                "evidence": source is not None,
+                "role": role,
+                "seq": position.get(item, -1),
+            }
             if source is not None:
                 episodic.update(window=source.window, pathways=windows[source.window].pathways, found=source.found)
                 if source.note:
@@ -404,8 +464,18 @@ class EpisodicEngine:
         return hits
 
     # ------------------------------------------------------------------ the master
-    def answer(self, ctx: EngineContext, client: LLMClient, question: str, retrieval: Retrieval, *,
-               reader: Reader, budget_tokens: int | None, now: str | None, abstain: str) -> Answer:  # fmt: skip
+    def answer(
+        self,
+        ctx: EngineContext,
+        client: LLMClient,
+        question: str,
+        retrieval: Retrieval,
+        *,
+        reader: Reader,
+        budget_tokens: int | None,
+        now: str | None,
+        abstain: str,
+    ) -> Answer:
         """The master: the evidence turns that fit the budget (most relevant first), read in time order, the
         superseded statements of revised facts left out (and said so), the assistants' notes, answered by
         `reader` (Memory passes `cuemem.answer.read`), which cites only turns it was shown. System 1 questions
@@ -416,8 +486,13 @@ class EpisodicEngine:
             return reader(client, question, packed, now=now, abstain=abstain)
         superseded: dict[str, str] = {}
         if self.config.resolve:
-            statements = [Statement(h.turn_ids[0], int(h.detail["episodic"].get("seq", -1)), h.text,
-                                    str(h.detail.get("speaker") or "")) for h in evidence if h.turn_ids]  # fmt: skip
+            statements = [
+                Statement(
+                    h.turn_ids[0], int(h.detail["episodic"].get("seq", -1)), h.text, str(h.detail.get("speaker") or "")
+                )
+                for h in evidence
+                if h.turn_ids
+            ]
             superseded = revisions(statements, question)
         kept = [h for h in evidence if not (h.turn_ids and h.turn_ids[0] in superseded)]
         notes = revision_notes(superseded)

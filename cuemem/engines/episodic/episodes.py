@@ -59,8 +59,15 @@ def central_turns(vectors: np.ndarray, limit: int = 3) -> list[int]:
     return sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))[:limit]
 
 
-def extractive_summary(lines: Sequence[str], speakers: Sequence[str], dates: Sequence[str], vectors: np.ndarray,
-                       *, central: int = 3, words: int = 25) -> str:  # fmt: skip
+def extractive_summary(
+    lines: Sequence[str],
+    speakers: Sequence[str],
+    dates: Sequence[str],
+    vectors: np.ndarray,
+    *,
+    central: int = 3,
+    words: int = 25,
+) -> str:
     """A window's summary without a model: its dates and speakers, its keyphrases, and its most central turns
     (cut to `words` words each), in log order."""
     parts = []

@@ -24,9 +24,30 @@ REVISION = re.compile(
     r"mov(?:e|ed|ing)\s+(?:it\s+|that\s+)?to\b)",
     re.IGNORECASE,
 )
-CUE_WORDS = frozenset({"change", "changed", "changing", "switch", "switched", "switching", "instead", "longer",
-                       "anymore", "correction", "cancel", "cancelled", "canceled", "cancelling", "replace",
-                       "replaced", "replacing", "move", "moved", "moving"})  # fmt: skip
+CUE_WORDS = frozenset(
+    {
+        "change",
+        "changed",
+        "changing",
+        "switch",
+        "switched",
+        "switching",
+        "instead",
+        "longer",
+        "anymore",
+        "correction",
+        "cancel",
+        "cancelled",
+        "canceled",
+        "cancelling",
+        "replace",
+        "replaced",
+        "replacing",
+        "move",
+        "moved",
+        "moving",
+    }
+)
 
 
 @dataclass

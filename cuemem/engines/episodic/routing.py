@@ -33,8 +33,9 @@ def ranking(scores: dict[int, float]) -> list[int]:
     return [w for w, s in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0])) if s > 0]
 
 
-def route_union(scores: dict[str, dict[int, float]], max_windows: int,
-                pathways: Sequence[str] = PATHWAYS) -> list[Activation]:  # fmt: skip
+def route_union(
+    scores: dict[str, dict[int, float]], max_windows: int, pathways: Sequence[str] = PATHWAYS
+) -> list[Activation]:
     """Round-robin over the enabled pathways' rankings until `max_windows` distinct windows are active."""
     ranked = {p: ranking(scores.get(p, {})) for p in pathways}
     chosen: list[int] = []
@@ -61,9 +62,15 @@ def normalised(scores: dict[int, float], windows: int) -> dict[int, float]:
     return {w: (v - lo) / (hi - lo) for w, v in enumerate(values)}
 
 
-def route_weighted(scores: dict[str, dict[int, float]], windows: int, max_windows: int, *,
-                   weights: dict[str, float] | None = None, strong_bm25: float = 2.0,
-                   pathways: Sequence[str] = PATHWAYS) -> list[Activation]:  # fmt: skip
+def route_weighted(
+    scores: dict[str, dict[int, float]],
+    windows: int,
+    max_windows: int,
+    *,
+    weights: dict[str, float] | None = None,
+    strong_bm25: float = 2.0,
+    pathways: Sequence[str] = PATHWAYS,
+) -> list[Activation]:
     """The weighted variant: the top `max_windows` by the weighted sum of normalised pathway scores, after a
     strong-BM25 window (if any). A window's pathways are those whose normalised score for it is at least 0.5."""
     weights = weights or WEIGHTS

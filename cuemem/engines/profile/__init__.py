@@ -1,4 +1,4 @@
-"""Hybrid preference memory (DESIGN.md design 3): engines `profile` (pattern rules), `profile-llm` (rules and the
+"""Hybrid preference memory (docs/design.md design 3): engines `profile` (pattern rules), `profile-llm` (rules and the
 model's extraction); `profile[records_only=true]` is the ablation with records alone (no turns), and
 `profile[backend=chroma]` keeps the records in ChromaDB."""
 
@@ -8,6 +8,19 @@ from .records import RECORD_TYPES, Candidate, Record
 from .rules import RuleTable, RuleTableError, load_rules, parse_rules
 from .state import ProfileConfig
 
-__all__ = ["RECORD_TYPES", "VARIANTS", "Candidate", "Profile", "ProfileConfig", "ProfileEngine", "Record",
-           "RuleTable", "RuleTableError", "Thresholds", "consolidate", "load_rules", "parse_rules",
-           "variant"]  # fmt: skip
+__all__ = [
+    "RECORD_TYPES",
+    "VARIANTS",
+    "Candidate",
+    "Profile",
+    "ProfileConfig",
+    "ProfileEngine",
+    "Record",
+    "RuleTable",
+    "RuleTableError",
+    "Thresholds",
+    "consolidate",
+    "load_rules",
+    "parse_rules",
+    "variant",
+]

@@ -58,14 +58,27 @@ class StoreRecords:
         if not changed:
             return
         texts = [r.render() for r in changed]
-        ctx.store.put_items(ctx.ns, self.space, [
-            NewItem(r.item_key, text, {"record": r.id, "type": r.type, "version": r.version},
-                    [s for _, s in r.evidence], ctx.tokens.count(text),
-                    depends=[s for h in r.history for _, s in h.get("evidence", [])])
-            for r, text in zip(changed, texts, strict=True)])  # fmt: skip
+        ctx.store.put_items(
+            ctx.ns,
+            self.space,
+            [
+                NewItem(
+                    r.item_key,
+                    text,
+                    {"record": r.id, "type": r.type, "version": r.version},
+                    [s for _, s in r.evidence],
+                    ctx.tokens.count(text),
+                    depends=[s for h in r.history for _, s in h.get("evidence", [])],
+                )
+                for r, text in zip(changed, texts, strict=True)
+            ],
+        )
         ids = ctx.store.item_ids(ctx.ns, self.space, [r.item_key for r in changed])
-        rows = [(ids[r.item_key], _hash(text), v) for r, text, v in zip(changed, texts, vectors, strict=True)
-                if r.item_key in ids]  # fmt: skip
+        rows = [
+            (ids[r.item_key], _hash(text), v)
+            for r, text, v in zip(changed, texts, vectors, strict=True)
+            if r.item_key in ids
+        ]
         if rows:
             ctx.store.put_vectors(ctx.ns, self.space, ctx.embedder.name, rows)
 
@@ -130,8 +143,9 @@ class ChromaRecords:
             except ImportError as exc:  # pragma: no cover - the extra is installed by `make setup`
                 raise CuememError("profile backend 'chroma' needs chromadb: pip install 'cuemem[chroma]'") from exc
             self.path.mkdir(parents=True, exist_ok=True)
-            self._client = chromadb.PersistentClient(path=str(self.path),
-                                                     settings=ChromaSettings(anonymized_telemetry=False))  # fmt: skip
+            self._client = chromadb.PersistentClient(
+                path=str(self.path), settings=ChromaSettings(anonymized_telemetry=False)
+            )
         return self._client
 
     def collection_name(self, ctx: EngineContext) -> str:
@@ -139,8 +153,9 @@ class ChromaRecords:
         return f"cuemem-{digest}"
 
     def _collection(self, ctx: EngineContext) -> Any:
-        return self.client().get_or_create_collection(self.collection_name(ctx), embedding_function=None,
-                                                      metadata={"hnsw:space": "cosine"})  # fmt: skip
+        return self.client().get_or_create_collection(
+            self.collection_name(ctx), embedding_function=None, metadata={"hnsw:space": "cosine"}
+        )
 
     @staticmethod
     def _where(ctx: EngineContext, kind: str) -> dict[str, Any]:
@@ -161,15 +176,27 @@ class ChromaRecords:
     def save(self, ctx: EngineContext, profile: Profile, changed: Sequence[Record], vectors: np.ndarray) -> None:
         col, key = self._collection(ctx), namespace_key(ctx)
         dim = vectors.shape[1] if len(changed) else ctx.embedder.dim  # no model call just to size the state entry
-        ids, embeddings, documents, metadatas = [self.STATE], [[1.0] + [0.0] * (dim - 1)], ["profile state"], [
-            {"namespace": key, "kind": "state", "counter": profile.counter, "upto": profile.upto_id}]  # fmt: skip
+        ids, embeddings, documents, metadatas = (
+            [self.STATE],
+            [[1.0] + [0.0] * (dim - 1)],
+            ["profile state"],
+            [{"namespace": key, "kind": "state", "counter": profile.counter, "upto": profile.upto_id}],
+        )
         for record, vector in zip(changed, vectors, strict=True):
             ids.append(record.id)
             embeddings.append([float(x) for x in vector])
             documents.append(record.render())
             data = json.dumps(record.to_json(), ensure_ascii=False)
-            metadatas.append({"namespace": key, "kind": "record", "type": record.type, "subject": record.subject,
-                              "key": record.key, "record": data})  # fmt: skip
+            metadatas.append(
+                {
+                    "namespace": key,
+                    "kind": "record",
+                    "type": record.type,
+                    "subject": record.subject,
+                    "key": record.key,
+                    "record": data,
+                }
+            )
         col.upsert(ids=ids, embeddings=embeddings, documents=documents, metadatas=metadatas)
 
     def search(self, ctx: EngineContext, vector: np.ndarray, k: int, types: Sequence[str]) -> Scored:
@@ -178,11 +205,17 @@ class ChromaRecords:
         if total <= 1:
             return []
         where = {"$and": [{"namespace": namespace_key(ctx)}, {"kind": "record"}, {"type": {"$in": list(types)}}]}
-        found = col.query(query_embeddings=[[float(x) for x in vector]], n_results=min(k, total), where=where,
-                          include=["metadatas", "distances"])  # fmt: skip
-        rows = [(json.loads(meta["record"]), 1.0 - float(distance))
-                for meta, distance in zip(found["metadatas"][0], found["distances"][0], strict=True)
-                if meta.get("namespace") == namespace_key(ctx)]  # fmt: skip
+        found = col.query(
+            query_embeddings=[[float(x) for x in vector]],
+            n_results=min(k, total),
+            where=where,
+            include=["metadatas", "distances"],
+        )
+        rows = [
+            (json.loads(meta["record"]), 1.0 - float(distance))
+            for meta, distance in zip(found["metadatas"][0], found["distances"][0], strict=True)
+            if meta.get("namespace") == namespace_key(ctx)
+        ]
         seqs = ctx.store.seqs_of(ctx.ns, sorted({str(t) for row, _ in rows for t in Record.stored_turns(row)}))
         return [(Record.from_json(row, seqs), sim) for row, sim in rows]
 

@@ -47,8 +47,7 @@ class Profile:
 
     def to_json(self) -> dict[str, Any]:
         """The profile as stored: records by turn ids (Record.to_json), the counter, the last turn consolidated."""
-        return {"records": [r.to_json() for r in self.records.values()], "counter": self.counter,
-                "upto": self.upto_id}  # fmt: skip
+        return {"records": [r.to_json() for r in self.records.values()], "counter": self.counter, "upto": self.upto_id}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], seqs_of: Callable[[list[str]], dict[str, int]]) -> Profile:
@@ -90,11 +89,22 @@ def consolidate(profile: Profile, c: Candidate, similar: Similarity, limits: Thr
     target, relation = _find(pool, c, similar, limits)
     if target is None:
         record = Record(
-            id=profile.new_id(c.type), type=c.type, subject=c.subject, key=c.key or normalise(c.value),
-            value=c.value, confidence=c.confidence, first_seen=c.seq, last_seen=c.seq, span=c.span,
-            evidence=[(c.turn_id, c.seq)], polarity=c.polarity, fixed_key=c.fixed_key, time=c.time,
-            first_time=c.time, sources=[c.source],
-        )  # fmt: skip
+            id=profile.new_id(c.type),
+            type=c.type,
+            subject=c.subject,
+            key=c.key or normalise(c.value),
+            value=c.value,
+            confidence=c.confidence,
+            first_seen=c.seq,
+            last_seen=c.seq,
+            span=c.span,
+            evidence=[(c.turn_id, c.seq)],
+            polarity=c.polarity,
+            fixed_key=c.fixed_key,
+            time=c.time,
+            first_time=c.time,
+            sources=[c.source],
+        )
         if c.old:  # "I moved from Lisbon to Porto" with no Lisbon on record: the old value is history all the same
             record.history.append(_past(c.old, 1, c.confidence, [], None, c.time or c.turn_id, "named as replaced"))
         profile.records[record.id] = record
@@ -106,14 +116,32 @@ def consolidate(profile: Profile, c: Candidate, similar: Similarity, limits: Thr
     if newer is None:  # equally recent: cumulative confidence decides
         newer = c.confidence > target.confidence
     if not newer:
-        target.history.append(_past(c.value, c.polarity, c.confidence, [(c.turn_id, c.seq)], c.time, target.time,
-                                    "older or weaker statement"))  # fmt: skip
+        target.history.append(
+            _past(
+                c.value,
+                c.polarity,
+                c.confidence,
+                [(c.turn_id, c.seq)],
+                c.time,
+                target.time,
+                "older or weaker statement",
+            )
+        )
         target.history.sort(key=lambda h: (str(h.get("since") or ""), h["evidence"][0][1] if h["evidence"] else 0))
         target.version += 1
         return Outcome("earlier", target)
     replaced = target.value
-    target.history.append(_past(target.value, target.polarity, target.confidence, target.evidence,
-                                target.first_time, c.time or c.turn_id, "superseded"))  # fmt: skip
+    target.history.append(
+        _past(
+            target.value,
+            target.polarity,
+            target.confidence,
+            target.evidence,
+            target.first_time,
+            c.time or c.turn_id,
+            "superseded",
+        )
+    )
     target.value, target.polarity, target.confidence = c.value, c.polarity, c.confidence
     target.evidence = [(c.turn_id, c.seq)]
     target.span, target.time, target.first_time = c.span, c.time, c.time
@@ -123,10 +151,24 @@ def consolidate(profile: Profile, c: Candidate, similar: Similarity, limits: Thr
     return Outcome("supersede", target, replaced)
 
 
-def _past(value: str, polarity: int, confidence: float, evidence: list[tuple[str, int]], since: object,
-          until: object, reason: str) -> dict[str, object]:  # fmt: skip
-    return {"value": value, "polarity": polarity, "confidence": round(confidence, 4),
-            "evidence": [list(e) for e in evidence], "since": since, "until": until, "reason": reason}  # fmt: skip
+def _past(
+    value: str,
+    polarity: int,
+    confidence: float,
+    evidence: list[tuple[str, int]],
+    since: object,
+    until: object,
+    reason: str,
+) -> dict[str, object]:
+    return {
+        "value": value,
+        "polarity": polarity,
+        "confidence": round(confidence, 4),
+        "evidence": [list(e) for e in evidence],
+        "since": since,
+        "until": until,
+        "reason": reason,
+    }
 
 
 def _reinforce(r: Record, c: Candidate) -> None:
@@ -160,14 +202,17 @@ def _find(pool: list[Record], c: Candidate, similar: Similarity, limits: Thresho
         for r in sorted(pool, key=lambda r: -r.last_seen):
             if normalise(r.value) == normalise(c.old) or similar(normalise(r.value), normalise(c.old)) >= limits.same:
                 return r, "conflict"
-    scored = sorted(((similar(match_text(r.key, r.value, r.fixed_key), value), r) for r in pool),
-                    key=lambda x: (-x[0], -x[1].last_seen))  # fmt: skip
+    scored = sorted(
+        ((similar(match_text(r.key, r.value, r.fixed_key), value), r) for r in pool),
+        key=lambda x: (-x[0], -x[1].last_seen),
+    )
     best, r = scored[0]
     if best >= limits.same or normalise(r.value) == normalise(c.value):
         return r, "same" if _agrees(r, c) else "conflict"
     if c.update or c.polarity < 0:  # phrased as a change: the closest record by value, or by slot name
-        near = [(max(similar(normalise(r.value), normalise(c.value)), similar(r.key, normalise(c.value))), r)
-                for r in pool]  # fmt: skip
+        near = [
+            (max(similar(normalise(r.value), normalise(c.value)), similar(r.key, normalise(c.value))), r) for r in pool
+        ]
         closeness, r = max(near, key=lambda x: (x[0], x[1].last_seen))
         if closeness >= limits.update:
             return r, "conflict"

@@ -1,4 +1,4 @@
-"""Engine `profile`: hybrid preference memory (DESIGN.md design 3; the "Long-Horizon Context Retention … Hybrid
+"""Engine `profile`: hybrid preference memory (docs/design.md design 3; the "Long-Horizon Context Retention … Hybrid
 Memory Systems and Vector Storage" report).
 
 Ingest keeps every turn (one item per turn, with its vector, for the turn ranking) and reads typed records out of
@@ -132,8 +132,21 @@ class ProfileEngine:
         when = _iso(turn.timestamp)
         if speaker.lower() in TOOL_SPEAKERS:
             name = normalise(str(turn.metadata.get("tool") or "tool"))
-            return [Candidate("tool_result", f"{name} result", turn.text[:MAX_SPAN], 0.9, turn.seq or 0, turn.id,
-                              speaker, turn.text[:MAX_SPAN], when, source="tool", fixed_key=True)]  # fmt: skip
+            return [
+                Candidate(
+                    "tool_result",
+                    f"{name} result",
+                    turn.text[:MAX_SPAN],
+                    0.9,
+                    turn.seq or 0,
+                    turn.id,
+                    speaker,
+                    turn.text[:MAX_SPAN],
+                    when,
+                    source="tool",
+                    fixed_key=True,
+                )
+            ]
         if speaker.lower() in self.config.skipped:
             return []
         found = self.rules.extract(turn)
@@ -152,15 +165,31 @@ class ProfileEngine:
             found += [c for c in extra if normalise(c.value) not in taken]
         request = next((s.strip() for s in re.split(r"(?<=[.!?])\s+", turn.text) if REQUEST.match(s.strip())), "")
         if request:  # the task state of this exchange: the latest thing asked for in the session
-            found.append(Candidate("summary", normalise(f"task {turn.session_id or 'chat'}"), request[:MAX_SPAN],
-                                   0.6, turn.seq or 0, turn.id, speaker, request[:MAX_SPAN], when,
-                                   update=True, source="request", fixed_key=True))  # fmt: skip
+            found.append(
+                Candidate(
+                    "summary",
+                    normalise(f"task {turn.session_id or 'chat'}"),
+                    request[:MAX_SPAN],
+                    0.6,
+                    turn.seq or 0,
+                    turn.id,
+                    speaker,
+                    request[:MAX_SPAN],
+                    when,
+                    update=True,
+                    source="request",
+                    fixed_key=True,
+                )
+            )
         return found
 
     def _window(self, ctx: EngineContext, turn: Turn) -> list[Turn]:
         """The turn and the few before it in its session (model mode reads them together)."""
-        earlier = [t for t in ctx.store.iter_turns(ctx.ns, after_seq=max(0, (turn.seq or 0) - 4 * self.config.window))
-                   if (t.seq or 0) < (turn.seq or 0) and t.session_id == turn.session_id]  # fmt: skip
+        earlier = [
+            t
+            for t in ctx.store.iter_turns(ctx.ns, after_seq=max(0, (turn.seq or 0) - 4 * self.config.window))
+            if (t.seq or 0) < (turn.seq or 0) and t.session_id == turn.session_id
+        ]
         return [*earlier[-(self.config.window - 1) :], turn] if self.config.window > 1 else [turn]
 
     # ------------------------------------------------------------------ reading
@@ -175,8 +204,9 @@ class ProfileEngine:
             out[str(key)] = int(value)
         return out
 
-    def records(self, ctx: EngineContext, query: str | None = None, *, types: Sequence[str] | None = None,
-                k: int | None = None) -> list[tuple[Record, float]]:  # fmt: skip
+    def records(
+        self, ctx: EngineContext, query: str | None = None, *, types: Sequence[str] | None = None, k: int | None = None
+    ) -> list[tuple[Record, float]]:
         """The namespace's records, by relevance to `query` (similarity and recency) or, without one, all of them
         newest first; `types` limits them to some record types."""
         kinds = tuple(types) if types else self.config.searched_types
@@ -186,8 +216,9 @@ class ProfileEngine:
             return [(r, 1.0) for r in chosen[:k]]
         return self.scored_records(ctx, ctx.embed_query(query), kinds, k or self.config.record_depth)
 
-    def scored_records(self, ctx: EngineContext, vector: np.ndarray, types: Sequence[str],
-                       k: int) -> list[tuple[Record, float]]:  # fmt: skip
+    def scored_records(
+        self, ctx: EngineContext, vector: np.ndarray, types: Sequence[str], k: int
+    ) -> list[tuple[Record, float]]:
         """Records by similarity × recency: score = sim · (1 − w + w · 2^(−age / half-life)), age in days before
         the question (ctx.now, else the namespace's latest dated turn); undated records do not decay."""
         found = self.backend(ctx).search(ctx, vector, max(k * 3, k), types)
@@ -214,14 +245,25 @@ class ProfileEngine:
         for r in records:
             counts[r.subject] = counts.get(r.subject, 0) + 1
         subject = subject or (max(counts, key=lambda s: (counts[s], s)) if counts else "")
-        out: dict[str, Any] = {"subject": subject, "preferences": {}, "profile": {}, "episodic": [], "task_state": [],
-                               "tool_results": {}}  # fmt: skip
+        out: dict[str, Any] = {
+            "subject": subject,
+            "preferences": {},
+            "profile": {},
+            "episodic": [],
+            "task_state": [],
+            "tool_results": {},
+        }
         for r in sorted(records, key=lambda r: r.last_seen):
             if r.subject != subject and r.type != "tool_result":  # tool results belong to the conversation
                 continue
-            entry = {"value": r.value, "polarity": "positive" if r.polarity > 0 else "negative",
-                     "confidence": round(r.confidence, 3), "since": r.first_time or r.time, "evidence": r.all_turns(),
-                     "history": [h["value"] for h in r.history]}  # fmt: skip
+            entry = {
+                "value": r.value,
+                "polarity": "positive" if r.polarity > 0 else "negative",
+                "confidence": round(r.confidence, 3),
+                "since": r.first_time or r.time,
+                "evidence": r.all_turns(),
+                "history": [h["value"] for h in r.history],
+            }
             if r.type == "preference":
                 out["preferences"][r.key] = entry
             elif r.type == "profile":
@@ -245,14 +287,22 @@ class ProfileEngine:
         if weight <= 0:
             record_hits = []
         space, depth = self.space("turn"), max(cfg.depth, k)
-        ranked, detail = refine(ctx, space, query, vector, fused_ranking(ctx, space, query, vector, depth),
-                                lambda text, v: fused_ranking(ctx, space, text, v, depth))  # fmt: skip
+        ranked, detail = refine(
+            ctx,
+            space,
+            query,
+            vector,
+            fused_ranking(ctx, space, query, vector, depth),
+            lambda text, v: fused_ranking(ctx, space, text, v, depth),
+        )
         turn_hits = ctx.hits_from_items(ranked[: max(k, depth)], self.name)
         for hit in turn_hits:
             hit.detail = {**hit.detail, **detail}
-        fused = reciprocal_rank_fusion([[f"r{i}" for i in range(len(record_hits))],
-                                        [f"t{i}" for i in range(len(turn_hits))]],
-                                       k=ctx.settings.rrf_k, weights=(weight, 1.0))  # fmt: skip
+        fused = reciprocal_rank_fusion(
+            [[f"r{i}" for i in range(len(record_hits))], [f"t{i}" for i in range(len(turn_hits))]],
+            k=ctx.settings.rrf_k,
+            weights=(weight, 1.0),
+        )
         out: list[Hit] = []
         shown: set[str] = set()
         for key, score in fused:
@@ -267,12 +317,28 @@ class ProfileEngine:
 
     def _hit(self, ctx: EngineContext, record: Record, score: float) -> Hit:
         text = record.render()
-        detail = {"profile": {"record": record.id, "type": record.type, "key": record.key, "value": record.value,
-                              "confidence": round(record.confidence, 3), "polarity": record.polarity,
-                              "history": [h["value"] for h in record.history], "evidence": record.all_turns(),
-                              "sources": record.sources}, "date": record.time}  # fmt: skip
-        return Hit(text=text, score=score, turn_ids=record.cited(self.config.cite), tokens=ctx.tokens.count(text),
-                   engine=self.name, detail=detail)  # fmt: skip
+        detail = {
+            "profile": {
+                "record": record.id,
+                "type": record.type,
+                "key": record.key,
+                "value": record.value,
+                "confidence": round(record.confidence, 3),
+                "polarity": record.polarity,
+                "history": [h["value"] for h in record.history],
+                "evidence": record.all_turns(),
+                "sources": record.sources,
+            },
+            "date": record.time,
+        }
+        return Hit(
+            text=text,
+            score=score,
+            turn_ids=record.cited(self.config.cite),
+            tokens=ctx.tokens.count(text),
+            engine=self.name,
+            detail=detail,
+        )
 
     def forget(self, ctx: EngineContext) -> None:
         """After a delete: the backend drops the namespace's records now (they are rebuilt from the log)."""

@@ -1,6 +1,6 @@
 """Model extraction of the hybrid preference memory (design 3, the report's LLM extractor), where a model is
 configured: one flat JSON object (type, key, new key, value, confidence) read from a window of recent turns. The
-key is decoded under constraint from the namespace's existing keys plus "(new key)" (DESIGN.md promise 5), so the
+key is decoded under constraint from the namespace's existing keys plus "(new key)" (docs/design.md promise 5), so the
 key vocabulary does not fragment; model output is untrusted and checked (a value must come from the window)."""
 
 from __future__ import annotations
@@ -49,14 +49,14 @@ def vocabulary(existing: Sequence[str]) -> list[str]:
     return list(dict.fromkeys([*existing, *SEED_KEYS]))[:MAX_KEYS]
 
 
-def model_candidates(client: LLMClient, window: Sequence[Turn], subject: str, keys: Sequence[str],
-                     time: str | None) -> tuple[list[Candidate], str]:  # fmt: skip
+def model_candidates(
+    client: LLMClient, window: Sequence[Turn], subject: str, keys: Sequence[str], time: str | None
+) -> tuple[list[Candidate], str]:
     """What the model reads in the last turn of `window` (at most one fact), and a note of why nothing was taken
     ("" when a fact was, else "none", "ungrounded", "bad key" or "failed: <error>")."""
     turn = window[-1]
     lines = "\n".join(f"{t.speaker}: {t.text[:600]}" for t in window)
-    messages = [{"role": "system", "content": PROMPT.format(subject=subject)},
-                {"role": "user", "content": lines}]  # fmt: skip
+    messages = [{"role": "system", "content": PROMPT.format(subject=subject)}, {"role": "user", "content": lines}]
     try:
         fact = client.json(messages, fact_schema(vocabulary(keys)), max_tokens=24)
     except LLMError as exc:
@@ -73,9 +73,19 @@ def model_candidates(client: LLMClient, window: Sequence[Turn], subject: str, ke
         if not _KEY.match(key) or len(key.split()) > 4:
             return [], "bad key"
     span = next((s for s in re.split(r"(?<=[.!?])\s+", turn.text) if value.lower()[:20] in s.lower()), turn.text)
-    candidate = Candidate(type=data["type"], key=key, value=value, confidence=float(data["confidence"]) or 0.5,
-                          seq=turn.seq or 0, turn_id=turn.id, subject=subject, span=span.strip()[:MAX_SPAN],
-                          time=time, source="model", fixed_key=True)  # fmt: skip
+    candidate = Candidate(
+        type=data["type"],
+        key=key,
+        value=value,
+        confidence=float(data["confidence"]) or 0.5,
+        seq=turn.seq or 0,
+        turn_id=turn.id,
+        subject=subject,
+        span=span.strip()[:MAX_SPAN],
+        time=time,
+        source="model",
+        fixed_key=True,
+    )
     return [candidate], ""
 
 

@@ -1,4 +1,4 @@
-"""Typed memory records of the hybrid preference memory (DESIGN.md design 3, the report's "typed records"):
+"""Typed memory records of the hybrid preference memory (docs/design.md design 3, the report's "typed records"):
 preferences, stable profile facts, dated episodic facts, task-state summaries and tool results. Every record keeps
 its evidence turn ids (provenance) and its history: a superseded value is kept, never overwritten."""
 
@@ -96,8 +96,10 @@ class Record:
         """A stored record with its turn ids' seqs in this store (`seqs`: turn id -> seq)."""
         data = dict(data)
         data["evidence"] = [(t, seqs[t]) for t in data.get("evidence", []) if t in seqs]
-        data["history"] = [{**h, "evidence": [[t, seqs[t]] for t in h.get("evidence", []) if t in seqs]}
-                           for h in data.get("history", [])]  # fmt: skip
+        data["history"] = [
+            {**h, "evidence": [[t, seqs[t]] for t in h.get("evidence", []) if t in seqs]}
+            for h in data.get("history", [])
+        ]
         data["first_seen"] = seqs.get(data.get("first_seen") or "", 0)
         data["last_seen"] = seqs.get(data.get("last_seen") or "", 0)
         return cls(**data)

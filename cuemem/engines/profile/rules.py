@@ -22,9 +22,36 @@ SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 MAX_VALUE_WORDS = 12
 MAX_SPAN = 300
 # A value that only points elsewhere says nothing on its own.
-EMPTY_VALUES = frozenset({"it", "that", "this", "them", "those", "these", "one", "him", "her", "you", "so", "to",
-                          "something", "anything", "everything", "things", "stuff", "lot", "a lot", "more", "too",
-                          "how", "what", "when", "there", "here"})  # fmt: skip
+EMPTY_VALUES = frozenset(
+    {
+        "it",
+        "that",
+        "this",
+        "them",
+        "those",
+        "these",
+        "one",
+        "him",
+        "her",
+        "you",
+        "so",
+        "to",
+        "something",
+        "anything",
+        "everything",
+        "things",
+        "stuff",
+        "lot",
+        "a lot",
+        "more",
+        "too",
+        "how",
+        "what",
+        "when",
+        "there",
+        "here",
+    }
+)
 
 
 TRAILING_TIME = re.compile(
@@ -89,8 +116,9 @@ class RuleTable:
         return out
 
     @staticmethod
-    def _candidate(rule: Rule, match: re.Match[str], turn: Turn, subject: str | None, sentence: str,
-                   cue: bool) -> Candidate | None:  # fmt: skip
+    def _candidate(
+        rule: Rule, match: re.Match[str], turn: Turn, subject: str | None, sentence: str, cue: bool
+    ) -> Candidate | None:
         groups = match.groupdict()
         value = clean_value(groups.get("v") or "")
         if not value:
@@ -169,8 +197,17 @@ def parse_rules(data: Any, where: str = "rule table") -> RuleTable:
             raise RuleTableError(f"{where}: rule {name!r} needs 0 < confidence <= 1 and polarity 1 or -1")
         if "v" not in pattern.groupindex:
             raise RuleTableError(f"{where}: rule {name!r} has no value group (?P<v>...)")
-        rules.append(Rule(name, kind, pattern, confidence, normalise(str(row.get("key", ""))), polarity,
-                          bool(row.get("update", False))))  # fmt: skip
+        rules.append(
+            Rule(
+                name,
+                kind,
+                pattern,
+                confidence,
+                normalise(str(row.get("key", ""))),
+                polarity,
+                bool(row.get("update", False)),
+            )
+        )
     try:
         cues = re.compile(str(data.get("update_cues", r"(?!x)x")), re.IGNORECASE)
     except re.error as exc:

@@ -30,8 +30,23 @@ log = logging.getLogger(__name__)
 NEW_CONCEPT = "none of these"  # worded as a model would say it: "(new concept)" scored 15 nats below any key
 # Words of the prompt and the JSON fields that a small model echoes back as a concept (Qwen 0.5B proposed
 # "message" and "conversation" for the first turn, then assimilated every later turn onto them).
-FIELD_ECHOES = frozenset(("concept", "concepts", "another", "key concept", "key concepts", "new concept", "message",
-                          "conversation", "index", "noun phrase", "noun phrases", "none", NEW_CONCEPT))  # fmt: skip
+FIELD_ECHOES = frozenset(
+    (
+        "concept",
+        "concepts",
+        "another",
+        "key concept",
+        "key concepts",
+        "new concept",
+        "message",
+        "conversation",
+        "index",
+        "noun phrase",
+        "noun phrases",
+        "none",
+        NEW_CONCEPT,
+    )
+)
 Embed = Callable[[list[str]], np.ndarray]
 
 
@@ -50,12 +65,20 @@ class TextAssimilator:
         self.config = config
         self.embed = embed
 
-    def ground(self, schema: Schema, state: ScgState, found: TextConcepts, vectors: dict[str, np.ndarray],
-               text: str, turn_vector: np.ndarray) -> Grounding:  # fmt: skip
+    def ground(
+        self,
+        schema: Schema,
+        state: ScgState,
+        found: TextConcepts,
+        vectors: dict[str, np.ndarray],
+        text: str,
+        turn_vector: np.ndarray,
+    ) -> Grounding:
         return self.place(schema, state, found.candidates, vectors)
 
-    def place(self, schema: Schema, state: ScgState, candidates: list[Candidate],
-              vectors: dict[str, np.ndarray]) -> Grounding:  # fmt: skip
+    def place(
+        self, schema: Schema, state: ScgState, candidates: list[Candidate], vectors: dict[str, np.ndarray]
+    ) -> Grounding:
         """Assimilate each candidate onto an existing concept where one fits, else accommodate it."""
         out = Grounding()
         for cand in candidates:
@@ -101,11 +124,14 @@ class NewConcepts(BaseModel):
 def concept_messages(text: str, question: str) -> list[dict[str, str]]:
     return [
         # no example concepts here: a small model proposes the examples themselves as concepts of any message
-        {"role": "system", "content": "You index a conversation by its key concepts: short noun phrases (one to"
-                                      " three words) naming the people, places, things, activities and topics"
-                                      " a message is about."},
+        {
+            "role": "system",
+            "content": "You index a conversation by its key concepts: short noun phrases (one to"
+            " three words) naming the people, places, things, activities and topics"
+            " a message is about.",
+        },
         {"role": "user", "content": f"Message: {text[:1200]}\n\n{question}"},
-    ]  # fmt: skip
+    ]
 
 
 class ModelAssimilator(TextAssimilator):
@@ -122,8 +148,15 @@ class ModelAssimilator(TextAssimilator):
         near = [k for k, _ in schema.nearest(turn_vector, self.config.shortlist)]
         return [k for k in dict.fromkeys(named + near) if k != NEW_CONCEPT][: self.config.shortlist]
 
-    def ground(self, schema: Schema, state: ScgState, found: TextConcepts, vectors: dict[str, np.ndarray],
-               text: str, turn_vector: np.ndarray) -> Grounding:  # fmt: skip
+    def ground(
+        self,
+        schema: Schema,
+        state: ScgState,
+        found: TextConcepts,
+        vectors: dict[str, np.ndarray],
+        text: str,
+        turn_vector: np.ndarray,
+    ) -> Grounding:
         cfg = self.config
         try:
             out = Grounding()
@@ -132,8 +165,10 @@ class ModelAssimilator(TextAssimilator):
             if options:
                 chosen = self.llm.choose(  # type: ignore[attr-defined]
                     concept_messages(text, "Which concept of the index does this message mention?"),
-                    [*options, NEW_CONCEPT], k=min(cfg.beam, len(options) + 1), beam=cfg.beam,
-                )  # fmt: skip
+                    [*options, NEW_CONCEPT],
+                    k=min(cfg.beam, len(options) + 1),
+                    beam=cfg.beam,
+                )
                 for choice in chosen:
                     if choice.option == NEW_CONCEPT:
                         break  # every option below "none of these" fits worse than a new concept would
@@ -160,8 +195,9 @@ class ModelAssimilator(TextAssimilator):
         """Free proposals, each validated, deduplicated by string and embedding, then inserted."""
         reply = self.llm.json(  # type: ignore[attr-defined]
             concept_messages(text, "Name the one or two key concepts of this message (short noun phrases)."),
-            NewConcepts, max_tokens=12,
-        )  # fmt: skip
+            NewConcepts,
+            max_tokens=12,
+        )
         keys = []
         for proposal in (reply.concept, reply.another):
             key = normalise_concept(proposal)

@@ -26,18 +26,17 @@ MAX_CHARS = 48
 LEADING = frozenset(
     "a an the this that these those my your his her its our their some any every each all no another such"  # noqa: SIM905
     " much many more most few several lots lot".split()
-)  # fmt: skip
+)
 GENERIC = frozenset(
     "thing things stuff something anything everything nothing someone anyone everyone one ones lot lots way kind"  # noqa: SIM905
     " sort bit time times day days today tomorrow yesterday people person guy guys yeah yes okay ok hey hi hello"
     " wow thanks thank sure".split()
-)  # fmt: skip
+)
 _PUNCT = re.compile(r"[^\w\s'&+-]+", re.UNICODE)
 _SPACE = re.compile(r"\s+")
 _NUMBER = re.compile(r"^[\d\s.,:/'-]+$")
 # spaCy entity labels that name things worth a concept (dates, times and amounts are structure, not concepts)
-ENTITY_LABELS = frozenset(("PERSON", "GPE", "LOC", "FAC", "ORG", "NORP", "WORK_OF_ART", "EVENT", "PRODUCT",
-                           "LANGUAGE"))  # fmt: skip
+ENTITY_LABELS = frozenset(("PERSON", "GPE", "LOC", "FAC", "ORG", "NORP", "WORK_OF_ART", "EVENT", "PRODUCT", "LANGUAGE"))
 KEY_POS = frozenset(("NOUN", "PROPN"))
 PHRASE_POS = frozenset(("NOUN", "PROPN", "ADJ", "NUM", "DET", "PRON"))  # DET / PRON: stripped when leading
 # Verbs too general to be a concept (their lemma would link every turn): STITCH's light verbs and a few more.
@@ -136,8 +135,9 @@ def _concepts(doc: Any, limit: int, verbs: bool) -> TextConcepts:
     return TextConcepts(ranked[:limit])
 
 
-def extract_concepts(texts: Sequence[str], limit: int = 12, *, verbs: bool = True,
-                     batch_size: int = 64) -> list[TextConcepts]:  # fmt: skip
+def extract_concepts(
+    texts: Sequence[str], limit: int = 12, *, verbs: bool = True, batch_size: int = 64
+) -> list[TextConcepts]:
     """Model-free candidate concepts of each text in one spaCy pass: named entities, noun chunks (with their head
     noun), content-word keyphrases and (with `verbs`) action lemmas, most specific first, at most `limit`."""
     nlp = load_spacy()

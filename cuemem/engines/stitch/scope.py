@@ -36,8 +36,9 @@ class OpenSegment:
         return cls(**data) if data else cls()
 
 
-def topic_shift(segment: OpenSegment, vector: np.ndarray, session: str | None, *, window: int,
-                threshold: float, max_steps: int) -> bool:  # fmt: skip
+def topic_shift(
+    segment: OpenSegment, vector: np.ndarray, session: str | None, *, window: int, threshold: float, max_steps: int
+) -> bool:
     """True when a step starts a new segment: new session, full segment, or low similarity to the recent window."""
     if segment.segment < 0 or session != segment.session or len(segment.members) >= max_steps:
         return True

@@ -59,17 +59,29 @@ class IngestState:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "segments": self.segments, "steps": self.steps, "since_merge": self.since_merge,
-            "fallbacks": self.fallbacks, "open": self.open.to_json(), "scope_of_open": self.scope_of_open,
-            "recent": self.recent, "events": self.events.to_json(), "entities": self.entities.to_json(),
-        }  # fmt: skip
+            "segments": self.segments,
+            "steps": self.steps,
+            "since_merge": self.since_merge,
+            "fallbacks": self.fallbacks,
+            "open": self.open.to_json(),
+            "scope_of_open": self.scope_of_open,
+            "recent": self.recent,
+            "events": self.events.to_json(),
+            "entities": self.entities.to_json(),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> IngestState:
         if not data:
             return cls()
         return cls(
-            data["segments"], data["steps"], data["since_merge"], data.get("fallbacks", 0),
-            OpenSegment.from_json(data["open"]), data["scope_of_open"], data["recent"],
-            Vocabulary.from_json(data["events"], "event"), Vocabulary.from_json(data["entities"], "entity"),
-        )  # fmt: skip
+            data["segments"],
+            data["steps"],
+            data["since_merge"],
+            data.get("fallbacks", 0),
+            OpenSegment.from_json(data["open"]),
+            data["scope_of_open"],
+            data["recent"],
+            Vocabulary.from_json(data["events"], "event"),
+            Vocabulary.from_json(data["entities"], "entity"),
+        )
