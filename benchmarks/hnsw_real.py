@@ -3,14 +3,13 @@ MiniLM, in a plain pgvector table with the store's HNSW parameters, against exac
 
     python benchmarks/hnsw_real.py --n 200000 --out bench-out/hnsw-real-200k.json
 
-Sentences: every message of ../shared/datasets/longmemeval/longmemeval_s_cleaned.PARTIAL_499of500.json.gz (read in
-place) split at sentence ends and newlines, pieces of at least 3 words, deduplicated in order of first appearance;
-the first N. Queries: LongMemEval's distinct questions, split dev/test by scale.py's rule (blake2b first byte).
-ef_search is chosen on dev (the smallest swept value whose dev recall@10 reaches 0.95) and reported on test;
-recall@100 uses k = 100 at max(ef, 200), as hybrid searches. Vectors are cached under --data/chunks, 8,192
-sentences a file in a fixed order, so a run resumes where it stopped and a smaller N reuses a larger one's vectors
-(`--embed-only` fills the cache and stops).
-"""
+Sentences: every message of longmemeval/longmemeval_s_cleaned.PARTIAL_499of500.json.gz under the datasets setting
+(or --datasets DIR; read in place) split at sentence ends and newlines, pieces of at least 3 words, deduplicated in
+order of first appearance; the first N. Queries: LongMemEval's distinct questions, split dev/test by scale.py's rule
+(blake2b first byte). ef_search is chosen on dev (the smallest swept value whose dev recall@10 reaches 0.95) and
+reported on test; recall@100 uses k = 100 at max(ef, 200), as hybrid searches. Vectors are cached under
+--data/chunks, 8,192 sentences a file in a fixed order, so a run resumes where it stopped and a smaller N reuses a
+larger one's vectors (`--embed-only` fills the cache and stops)."""
 
 from __future__ import annotations
 
@@ -25,17 +24,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from data_paths import LONGMEMEVAL_S, add_datasets_option, apply_datasets_option, dataset_file
 from scale import RECALL_TARGET, split_of
 
-LME = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets" / "longmemeval"
-SOURCE = LME / "longmemeval_s_cleaned.PARTIAL_499of500.json.gz"
 CHUNK = 8192
 SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 @functools.cache
 def _items() -> list[dict]:
-    with gzip.open(SOURCE) as fh:
+    with gzip.open(dataset_file(LONGMEMEVAL_S)) as fh:
         return json.load(fh)
 
 
@@ -107,7 +105,9 @@ def main() -> None:
     parser.add_argument("--data", default="/tmp/cuemem-hnsw-real")
     parser.add_argument("--out", default="bench-out/hnsw-real.json")
     parser.add_argument("--embed-only", action="store_true", help="fill the vector cache up to --n and stop")
+    add_datasets_option(parser)
     args = parser.parse_args()
+    apply_datasets_option(args)
     data = Path(args.data)
     data.mkdir(parents=True, exist_ok=True)
     texts = [r["text"] for r in sentence_records(-(-args.n // CHUNK) * CHUNK)]

@@ -1,6 +1,6 @@
 """Cross-check cuemem's BM25 against the `bm25s` package on LoCoMo (issue: BM25 recall@10 = 0.505 +- 0.03).
 
-    python benchmarks/locomo_bm25_crosscheck.py
+    python benchmarks/locomo_bm25_crosscheck.py [--datasets DIR]
 
 All 10 conversations, categories 1-4, questions whose evidence resolves to turns; each turn indexed as
 "speaker: text" plus its image caption. Prints recall@10 for bm25s (stopwords="en", Lucene's 33 words), for
@@ -9,6 +9,7 @@ cuemem's BM25 with the same tokenizer and stop words, and for cuemem's default a
 
 from __future__ import annotations
 
+import argparse
 import re
 import statistics
 import sys
@@ -16,13 +17,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from data_paths import LOCOMO, add_datasets_option, apply_datasets_option, dataset_file  # noqa: E402
 
 from cuemem.bench.datasets import load_locomo  # noqa: E402
 from cuemem.bench.metrics import evidence_recall  # noqa: E402
 from cuemem.index.bm25 import BM25Index  # noqa: E402
 from cuemem.index.text import analyze  # noqa: E402
-
-DATA = ROOT.parent / "shared" / "datasets" / "locomo" / "locomo10.json"
 
 
 def document(turn) -> str:
@@ -34,8 +36,11 @@ def main() -> None:
     import bm25s
     from bm25s.stopwords import STOPWORDS_EN
 
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_datasets_option(parser)
+    apply_datasets_option(parser.parse_args())
     lucene = frozenset(STOPWORDS_EN)
-    convs = list(load_locomo(DATA))
+    convs = list(load_locomo(dataset_file(LOCOMO)))
     analyzers = {
         "cuemem BM25, bm25s tokenizer + Lucene stop words": lambda s: [
             w for w in re.findall(r"(?u)\b\w\w+\b", s.lower()) if w not in lucene

@@ -3,10 +3,10 @@
     python benchmarks/perf.py --turns 5000 --sizes 10000,100000 --out bench-out/perf.json
 
 Each phase runs in its own subprocess so that its peak RSS is its own. Turn text comes from LoCoMo
-(../shared/datasets/locomo/locomo10.json, 5,882 turns) when present, else from a synthetic generator; queries
-are LoCoMo's questions. Larger stores repeat the LoCoMo turns under new ids (the repeated documents hit the
-embedding cache, so building the 100k store is quick; search cost depends on store size, not on uniqueness).
-"""
+(locomo/locomo10.json under the datasets setting or --datasets DIR, 5,882 turns) when present, else from a synthetic
+generator; queries are LoCoMo's questions. Larger stores repeat the LoCoMo turns under new ids (the repeated
+documents hit the embedding cache, so building the 100k store is quick; search cost depends on store size, not on
+uniqueness)."""
 
 from __future__ import annotations
 
@@ -28,21 +28,24 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-LOCOMO = ROOT.parent / "shared" / "datasets" / "locomo" / "locomo10.json"
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from data_paths import LOCOMO, add_datasets_option, apply_datasets_option, dataset_file  # noqa: E402
 
 from cuemem.bench.metrics import percentile  # noqa: E402
 
 
 def source_turns() -> tuple[list[dict], list[str]]:
     """(turn dicts, questions): LoCoMo's when available, else synthetic look-alikes."""
-    if LOCOMO.is_file():
+    locomo = dataset_file(LOCOMO)
+    if locomo.is_file():
         from cuemem.formats import locomo_turns, read_locomo
 
         turns, questions = [], []
-        for sample in read_locomo(LOCOMO):
+        for sample in read_locomo(locomo):
             for t in locomo_turns(sample):
                 turns.append(
                     {"id": t.id, "text": t.text, "speaker": t.speaker, "timestamp": t.timestamp, "metadata": t.metadata}
@@ -251,7 +254,9 @@ def main() -> None:
     parser.add_argument("--skip", default="", help="comma list of parts to skip: ingest,search,backends")
     parser.add_argument("--out", default="bench-out/perf.json")
     parser.add_argument("--phase", nargs="+", help=argparse.SUPPRESS)
+    add_datasets_option(parser)
     args = parser.parse_args()
+    apply_datasets_option(args)
 
     if args.phase:
         name, *rest = args.phase
@@ -267,7 +272,10 @@ def main() -> None:
         return
 
     skip = set(filter(None, args.skip.split(",")))
-    report: dict = {"machine": {"cores": os.cpu_count(), "python": sys.version.split()[0]}, "source": str(LOCOMO)}
+    report: dict = {
+        "machine": {"cores": os.cpu_count(), "python": sys.version.split()[0]},
+        "source": str(dataset_file(LOCOMO)),
+    }
     if "ingest" not in skip:
         report["ingest"] = []
         for engine in args.engines.split(","):

@@ -4,10 +4,10 @@
     python benchmarks/scale.py --sizes 1000000 --stores postgres,sqlite --out bench-out/scale-1m.json
     python benchmarks/scale.py --vectors minilm --sizes 100000 --stores postgres --engines dense  # validation
 
-Turns: LoCoMo's 5,882 turns (../shared/datasets/locomo/locomo10.json, read in place) repeated under new ids
-t0, t1, …; copy 0 is LoCoMo verbatim, every later copy replaces each word of the turn, with probability 0.2, by a
-word drawn from LoCoMo's own word distribution (one `random.Random(26)` stream in turn order, so turn i is the same
-at every size). Speaker, date and image caption are kept.
+Turns: LoCoMo's 5,882 turns (locomo/locomo10.json under the datasets setting or --datasets DIR, read in place)
+repeated under new ids t0, t1, …; copy 0 is LoCoMo verbatim, every later copy replaces each word of the turn, with
+probability 0.2, by a word drawn from LoCoMo's own word distribution (one `random.Random(26)` stream in turn order,
+so turn i is the same at every size). Speaker, date and image caption are kept.
 
 --turns lme instead takes the first N distinct sentences of LongMemEval-S (benchmarks/hnsw_real.py: every message
 split at sentence ends, at least 3 words, in order of first appearance; speaker = the message's role, timestamp and
@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from data_paths import add_datasets_option, apply_datasets_option
 from perf import peak_mb, source_turns
 
 from cuemem.bench.metrics import percentile
@@ -906,7 +907,9 @@ def main() -> None:
     parser.add_argument("--data", default="/tmp/cuemem-scale")
     parser.add_argument("--out", default="bench-out/scale.json")
     parser.add_argument("--phase", nargs="+", help=argparse.SUPPRESS)
+    add_datasets_option(parser)
     args = parser.parse_args()
+    apply_datasets_option(args)
     CONFIG.update(
         vectors=args.vectors,
         cosine=args.copy_cosine,
