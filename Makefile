@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint format models bench-perf bench-llm clean
+.PHONY: setup demo test lint format models bench-perf bench-llm bench-report clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ bench-perf: setup
 
 bench-llm: setup
 	$(PY) benchmarks/llm.py --out bench-out/llm.json
+
+# BENCHMARKS.md (and README.md's engine table) from benchmarks/results/*.json; standard library only, no set-up.
+bench-report:
+	$(PYTHON) benchmarks/reference.py render
 
 clean:
 	rm -rf $(VENV) bench-out .pytest_cache .ruff_cache
