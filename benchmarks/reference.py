@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from reference_render import ENGINE_LINES, HEADLINE, fmt, render  # noqa: E402
+from reference_render import ENGINE_LINES, HEADLINE, fmt, render
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -236,7 +236,7 @@ def answers_section(result: dict[str, Any]) -> list[str]:
         row += [fmt(e.get("retrieval", {}).get("recall@10"), ".3f"), e.get("run") or next(iter(result["runs"]))]
         rows.append(row)
     lines = _heading(result) + table(header, rows, ["l"] + ["r"] * (len(header) - 2) + ["l"])
-    return lines + ["", *runs_lines(result, _used_runs(result, [engines[n] for n in names]))]
+    return [*lines, "", *runs_lines(result, _used_runs(result, [engines[n] for n in names]))]
 
 
 def tables_section(result: dict[str, Any]) -> list[str]:
@@ -277,10 +277,10 @@ def suite_section(suites: list[dict[str, Any]]) -> list[str]:
                 f"{r['name']}: {s.get('run', 'r1')}",
             ]
         )
-    lines = table(header, rows, ["l", "l", "r", "r", "r", "r", "r", "r", "l"]) + [""]
+    lines = [*table(header, rows, ["l", "l", "r", "r", "r", "r", "r", "r", "l"]), ""]
     for r in suites:
         lines += [f"`benchmarks/results/{r['name']}.json`{': ' + r['note'] if r.get('note') else ''}", ""]
-        lines += runs_lines(r, [r["suite"].get("run", "r1")]) + [""]
+        lines += [*runs_lines(r, [r["suite"].get("run", "r1")]), ""]
     return lines[:-1]
 
 
@@ -288,7 +288,7 @@ def _heading(result: dict[str, Any]) -> list[str]:
     lines = [f"### {result['heading']}", "", f"{result['title']} (`benchmarks/results/{result['name']}.json`)."]
     if result.get("note"):
         lines += ["", result["note"]]
-    return lines + [""]
+    return [*lines, ""]
 
 
 def render(results: list[dict[str, Any]]) -> str:

@@ -112,8 +112,25 @@ def test_collect_turns_a_bench_directory_into_a_result_file(tmp_path: Path) -> N
 
     # a later run of one engine is merged beside the first: its own run, the other engine kept
     reference.main(
-        ["collect", str(bench), "--name", "retrieval-locomo-test", "--command", "again", "--engines", "hybrid"]
-        + ["--merge", "--date", "2026-12-01", "--machine", "m", "--commit", "def5678", "--results", str(results)]
+        [
+            "collect",
+            str(bench),
+            "--name",
+            "retrieval-locomo-test",
+            "--command",
+            "again",
+            "--engines",
+            "hybrid",
+            "--merge",
+            "--date",
+            "2026-12-01",
+            "--machine",
+            "m",
+            "--commit",
+            "def5678",
+            "--results",
+            str(results),
+        ]
     )
     merged = json.loads(path.read_text())
     assert set(merged["runs"]) == {"r1", "r2"} and merged["runs"]["r2"]["command"] == "again"
