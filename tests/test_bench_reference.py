@@ -192,3 +192,11 @@ def test_readme_without_markers_is_left_alone(tmp_path: Path) -> None:
     assert reference.replace_block(readme.read_text(), "x") is None
     reference.render_all(reference.RESULTS, tmp_path / "BENCHMARKS.md", readme)
     assert readme.read_text() == "# cuemem\nno markers\n"
+
+
+def test_the_topic_pages_benchmarks_md_links_exist() -> None:
+    from reference_render import OLD_SECTIONS, TOPICS
+
+    pages = set(TOPICS) | {page for _, page in OLD_SECTIONS}
+    assert all((ROOT / "docs" / "benchmarks" / f"{page}.md").is_file() for page in pages)
+    assert {p.stem for p in (ROOT / "docs" / "benchmarks").glob("*.md")} <= set(TOPICS)
