@@ -1,0 +1,73 @@
+"""Public routes, no key needed: liveness (/healthz), Prometheus metrics (/metrics) and the memory browser page at /
+with its script and style (issue 17; docs/design.md layout, `server/`)."""
+
+import time
+from importlib import resources
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
+
+from ... import __version__
+from ..errors import ApiError
+from ..state import ServerState
+
+router = APIRouter()
+
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:;"
+    " connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def _asset(name: str) -> str:
+    """A file of the page shipped in the package (page.html, page.js, page.css)."""
+    return resources.files("cuemem.server").joinpath(name).read_text(encoding="utf-8")
+
+
+def _state(request: Request) -> ServerState:
+    """The server's shared state (`create_app` puts it on the app)."""
+    state: ServerState = request.app.state.cuemem
+    return state
+
+
+@router.get("/healthz", tags=["server"])
+def healthz(request: Request) -> dict[str, Any]:
+    """Liveness and readiness: the store answers a read."""
+    state = _state(request)
+    try:
+        state.memory.store.epoch(0)  # one indexed read: cheap at any size (counting namespaces' turns is not)
+    except Exception as exc:  # the store is the one thing the server cannot go on without
+        raise ApiError(503, "store_unavailable", f"the store does not answer: {exc}") from exc
+    return {
+        "status": "ok",
+        "version": __version__,
+        "engine": state.memory.engine.name,
+        "uptime_s": round(time.time() - state.started, 1),
+    }
+
+
+@router.get("/metrics", tags=["server"], response_class=PlainTextResponse)
+def metrics(request: Request) -> PlainTextResponse:
+    """Prometheus text: requests, latency histograms, errors, model calls, chat agent turns."""
+    return PlainTextResponse(_state(request).scrape(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@router.get("/", tags=["page"], response_class=HTMLResponse, include_in_schema=False)
+def page() -> HTMLResponse:
+    """The memory browser page (static; it reads memory through /v1 with the key typed into it)."""
+    return HTMLResponse(_asset("page.html"), headers=PAGE_HEADERS)
+
+
+@router.get("/page.js", include_in_schema=False)
+def page_js() -> Response:
+    """The page's script."""
+    return Response(_asset("page.js"), media_type="text/javascript", headers=PAGE_HEADERS)
+
+
+@router.get("/page.css", include_in_schema=False)
+def page_css() -> Response:
+    """The page's style sheet."""
+    return Response(_asset("page.css"), media_type="text/css", headers=PAGE_HEADERS)
