@@ -54,7 +54,7 @@ def _global_option_hint(exc: NoSuchOption, args: list[str]) -> None:
     option = exc.option_name.split("=", 1)[0]
     if option not in GLOBAL_OPTIONS or exc.ctx is None:
         return
-    value = exc.option_name.split("=", 1)[1] if "=" in exc.option_name else None
+    value = next((arg.split("=", 1)[1] for arg in args if arg.startswith(f"{option}=")), None)
     if value is None and option in args[:-1]:
         value = args[args.index(option) + 1]
     root = exc.ctx.find_root().info_name or "cuemem"

@@ -39,9 +39,9 @@ def dataset_file(dataset: str, directory: Path) -> Path:
         if path.is_file():
             return path
     raise CuememError(
-        f"no --data given and {candidates[0]} not found: get {dataset} from {DATASET_SOURCES[dataset]}, then give"
-        f" --data FILE or put it at {candidates[-1]} (the datasets setting, CUEMEM_DATASETS, now {directory};"
-        " default datasets/)"
+        f"no --data given and no {dataset} data at {candidates[-1]}: get it from {DATASET_SOURCES[dataset]}, then"
+        f" give --data FILE, or put it there (under the datasets setting: CUEMEM_DATASETS, now {directory}; default"
+        " datasets/)"
     )
 
 

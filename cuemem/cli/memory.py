@@ -97,6 +97,8 @@ def ingest(
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest a conversation file; bad lines are reported with their numbers and every good line is kept."""
+    if not path.exists():  # before the store is opened: a mistyped file name creates no store
+        raise CuememError(f"no file {path}")
     chosen = ingest_format(path, file_format)
     with open_memory() as memory:
         try:

@@ -118,7 +118,8 @@ def import_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Import turns from JSONL (idempotent: turns already stored are skipped); the file is streamed."""
-    with open_memory() as memory, progress_bar(f"import {path.name}", count_lines(path)) as advance:
+    total = count_lines(path)  # before the store is opened: a mistyped file name creates no store
+    with open_memory() as memory, progress_bar(f"import {path.name}", total) as advance:
         result = memory.import_(file_lines(path), user_id=user_id, progress=advance)
     report(result, as_json)
 
