@@ -81,6 +81,7 @@ class CuememGroup(TyperGroup):
     """The top-level command group: usage errors anywhere below it are reported by `_usage_error`."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """The global options; the whole command line is kept for the hint of `_global_option_hint`."""
         ctx.meta["cuemem.args"] = list(args)
         try:
             return super().parse_args(ctx, args)
@@ -88,6 +89,7 @@ class CuememGroup(TyperGroup):
             _usage_error(exc, list(args))
 
     def invoke(self, ctx: Any) -> Any:
+        """The command; a usage error in its options or arguments goes to `_usage_error`."""
         try:
             return super().invoke(ctx)
         except ClickException as exc:
@@ -117,6 +119,7 @@ def main(
     ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML settings file.")] = None,
 ) -> None:
+    # no docstring: typer would show it as the app's help
     state.db, state.engine, state.embedder, state.config = db, engine, embedder, config
     state.config_named = False
 

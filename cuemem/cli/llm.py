@@ -22,6 +22,7 @@ app.add_typer(llm_app, name="llm")
 
 
 def _client() -> LLMClient:
+    """The configured model's client (the llm settings; its unscoped calls go to the llm_cache file)."""
     return make_client(settings())
 
 

@@ -24,6 +24,7 @@ NameArg = Annotated[str, typer.Argument(help="Model name or alias.")]
 
 
 def _short_license(text: str) -> str:
+    """A licence's name without its notes ("Apache-2.0 (see ...)" -> "Apache-2.0")."""
     return text.split(" (")[0].split(":")[0]
 
 

@@ -28,6 +28,7 @@ KeysFileOpt = Annotated[
 
 
 def _keyring(keys_file: Path | None) -> Any:
+    """The key ring of the store: --keys-file, or the default file beside the store (<db>.keys)."""
     from ..server.keys import KeyRing, default_path
 
     return KeyRing(keys_file or default_path(settings(db=state.db).db))
