@@ -46,6 +46,7 @@ def test_add_search_get_delete(tmp_path):
 
 
 def test_errors_are_one_clear_line(tmp_path):
+    assert cli(tmp_path, "add", "a turn of someone else", "-u", "someone").exit_code == 0
     r = cli(tmp_path, "search", "x", "-u", "ghost")
     assert r.exit_code == 1 and "unknown namespace" in r.output and "Traceback" not in r.output
     r = cli(tmp_path, "add", "", "-u", "maya")
@@ -167,14 +168,14 @@ def test_auto_format_reads_pretty_printed_locomo_and_caps_error_listings(tmp_pat
     path = tmp_path / "pretty.json"
     path.write_text(json.dumps([sample], indent=4))
     r = cli(tmp_path, "ingest", str(path))
-    assert r.exit_code == 0 and "added 1 turns" in r.output
+    assert r.exit_code == 0 and "added 1 turn," in r.output
     one = tmp_path / "one.json"  # a single sample object, also indented
     one.write_text(json.dumps({**sample, "sample_id": "conv-q"}, indent=2))
     assert cli(tmp_path, "ingest", str(one)).exit_code == 0
     noise = tmp_path / "noise.jsonl"
     noise.write_text("\n".join(["{bad"] * 100 + ['{"id": "ok", "text": "kept"}']))
     r = cli(tmp_path, "ingest", str(noise), "-u", "n")
-    assert r.exit_code == 1 and "added 1 turns" in r.output
+    assert r.exit_code == 1 and "added 1 turn," in r.output
     listed = [line for line in r.output.splitlines() if line.startswith("rejected ")]
     assert len(listed) == 20 and "80 more rejected" in r.output and "100 rejected in all" in r.output
 
@@ -233,7 +234,7 @@ def test_bench_command_prints_the_table_and_plain_progress_lines_in_a_log(tmp_pa
     r = cli(tmp_path, *args, "--out", str(out))
     assert r.exit_code == 0, r.output
     assert "done" not in r.stderr  # stderr is a log here, and work shorter than PROGRESS_EVERY prints nothing
-    monkeypatch.setattr("cuemem.cli.PROGRESS_EVERY", 0.0)  # a line at every step from now on
+    monkeypatch.setattr("cuemem.cli.output.PROGRESS_EVERY", 0.0)  # a line at every step from now on
     r = cli(tmp_path, *args, "--out", str(tmp_path / "again"))
     assert "locomo · bm25: 1 of 1 done" in r.stderr
     assert "bm25" in r.stdout and "1.000" in r.stdout and "results.json" in r.stdout
@@ -351,7 +352,7 @@ def test_llm_purge_empties_the_call_cache_file(tmp_path, monkeypatch):
     with FileCallCache(path) as cache:
         cache.put("k", "b", "chat", "other", {"messages": "a secret prompt"}, {"text": "x"}, Usage(), 0.0)
     r = cli(tmp_path, "llm", "purge")
-    assert r.exit_code == 0 and "purged 1 cached calls" in r.output
+    assert r.exit_code == 0 and "purged 1 cached call from" in r.output
     assert not any(b"a secret prompt" in p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("calls.db"))
 
 

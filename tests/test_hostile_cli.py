@@ -61,7 +61,7 @@ def test_a_failed_export_leaves_the_old_file_as_it_was(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if "notes" in p.name) == ["notes.txt"]  # no temporary left
     os.chmod(notes, 0o640)
     r = cli(tmp_path, "export", "-o", str(notes), "-u", "maya")
-    assert r.exit_code == 0 and "exported 1 turns" in r.output
+    assert r.exit_code == 0 and "exported 1 turn\n" in r.output
     assert [json.loads(line)["id"] for line in notes.read_text().splitlines()] == ["n1"]
     assert notes.stat().st_mode & 0o777 == 0o640  # replaced, with the mode it had
     fresh = tmp_path / "fresh.jsonl"
@@ -168,7 +168,7 @@ def test_rejected_lines_quoting_markup_are_reported_literally(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"id": "ok", "text": "fine"}\n{"id": "[/]", "text": ""}\n[/]\x1b[2J\n')
     r = cli(tmp_path, "ingest", str(path), "-u", "u")
-    assert r.exit_code == 1 and "added 1 turns" in r.output and "Traceback" not in r.output
+    assert r.exit_code == 1 and "added 1 turn," in r.output and "Traceback" not in r.output
     assert "\x1b" not in r.output and "2 rejected in all" in r.output
 
 
@@ -208,7 +208,7 @@ def test_file_names_and_sample_ids_with_markup_in_progress_bars(tmp_path, monkey
     from rich.console import Console
 
     screen = io.StringIO()
-    monkeypatch.setattr("cuemem.cli.err", Console(file=screen, force_terminal=True, width=100))
+    monkeypatch.setattr("cuemem.cli.output.err", Console(file=screen, force_terminal=True, width=100))
     turns = tmp_path / "[blink red]turns\x1b[2J.jsonl"
     turns.write_text('{"id": "a", "text": "first"}\n')
     r = cli(tmp_path, "import", str(turns), "-u", "u")
@@ -228,7 +228,8 @@ def test_file_names_and_sample_ids_with_markup_in_progress_bars(tmp_path, monkey
 def test_a_search_after_a_change_of_embedder_says_what_it_indexes_first(tmp_path):
     """A first search with another embedder re-embeds every turn: it says so and shows progress, not silence."""
     from cuemem import Memory
-    from cuemem.cli import CATCH_UP_NOTICE, app
+    from cuemem.cli import app
+    from cuemem.cli._common import CATCH_UP_NOTICE
     from cuemem.embed import HashingEmbedder
 
     db = tmp_path / "m.db"

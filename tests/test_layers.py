@@ -24,6 +24,7 @@ LAYERS: list[tuple[int, list[str]]] = [
             "cuemem.server",
             "cuemem.server.*",
             "cuemem.cli",
+            "cuemem.cli.*",
             "cuemem.bench",
             "cuemem.bench.*",
             "cuemem",
