@@ -18,6 +18,11 @@ _SESSION = re.compile(r"^session_(\d+)$")
 LOCOMO_METADATA = {"image_caption": "blip_caption", "img_url": "img_url", "query": "query"}
 
 
+def _where(msg: str) -> str:
+    """json's message followed by "at": "Unterminated string starting at" already ends in it (no "at at")."""
+    return msg if msg.endswith(" at") else f"{msg} at"
+
+
 def read_locomo(path: str | Path, errors: list[tuple[int | str, str]] | None = None) -> list[dict[str, Any]]:
     """The samples of a LoCoMo-format file (a JSON list of samples, or a single sample object).
 
@@ -29,7 +34,7 @@ def read_locomo(path: str | Path, errors: list[tuple[int | str, str]] | None = N
     except UnicodeDecodeError as exc:
         raise ImportFormatError(f"{path} is not valid UTF-8 (byte {exc.start})") from exc
     except json.JSONDecodeError as exc:
-        raise ImportFormatError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}") from exc
+        raise ImportFormatError(f"{path} is not valid JSON: {_where(exc.msg)} line {exc.lineno}") from exc
     except RecursionError as exc:
         raise ImportFormatError(f"{path} is nested too deeply to read") from exc
     except ValueError as exc:  # e.g. a number too long to convert
@@ -188,7 +193,7 @@ def iter_jsonl(lines: Iterable[str | bytes], report: ImportReport) -> Iterator[t
         try:
             data = json.loads(raw)
         except json.JSONDecodeError as exc:
-            report.errors.append((lineno, f"malformed JSON: {exc.msg} at column {exc.colno}"))
+            report.errors.append((lineno, f"malformed JSON: {_where(exc.msg)} column {exc.colno}"))
             continue
         except RecursionError:  # a bad line only ever rejects itself
             report.errors.append((lineno, "nested too deeply to read"))
