@@ -10,11 +10,11 @@ how it runs:
   (`localhost:8000` in the text becomes that port; the line that starts the server is left out);
 - `<!-- example: needs-model -->`: run by `test_model_examples` with the default models, skipped when they are not
   fetched;
+- `<!-- example: demo -->`: the README's `make demo` output, checked by `test_readme_demo_output`;
 - `<!-- example: skip REASON -->`: not run (needs data, a PostgreSQL server, a download).
 
 In a ```console block, lines starting with `$ ` are commands and the lines after them their output; shown output is
 checked (a `...` in it stands for anything, and so does each decimal number: timings and scores vary).
-The README's `make demo` output is checked against `cuemem demo --no-answers` by `test_readme_demo_output`.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import urllib.request
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,7 +80,7 @@ def examples(page: Path) -> Iterator[Example]:
         before = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
         marker = MARKER.search(before)
         kind = marker.group(1) if marker else "run"
-        assert kind in ("needs-server", "needs-model", "skip"), f"{page.name}:{start + 1}: unknown marker {kind!r}"
+        assert kind in ("run", "needs-server", "needs-model", "demo", "skip"), f"{page.name}:{start + 1}: {kind!r}?"
         if kind == "skip":
             assert marker is not None and marker.group(2), f"{page.name}:{start + 1}: say why an example is skipped"
         code = textwrap.dedent("\n".join(body)) if indent else "\n".join(body)
@@ -148,7 +148,7 @@ def shown_matches(shown: list[str], actual: str) -> bool:
     return re.fullmatch(pattern, actual.rstrip() + "\n", flags=re.S) is not None
 
 
-def run_shell(ex: Example, cwd: Path, env: dict[str, str], timeout: float = 120) -> list[str]:
+def run_shell(ex: Example, cwd: Path, env: dict[str, str], timeout: float = 280) -> list[str]:
     """Run one bash / sh / console example; the failures, each with where it is and what it printed."""
     failures = []
     if ex.lang == "console":
@@ -181,34 +181,32 @@ def run_shell(ex: Example, cwd: Path, env: dict[str, str], timeout: float = 120)
 
 
 def run_python(batch: list[Example], tmp: Path, env: dict[str, str]) -> list[str]:
-    """Run Python examples in one subprocess (one import of cuemem), each in a fresh namespace and directory."""
+    """Run Python examples in one subprocess (one import of cuemem), each in a fresh namespace; the failures."""
     driver = textwrap.dedent(
         """
         import json, os, sys, traceback
         results = []
-        for i, (where, code) in enumerate(json.load(open(sys.argv[1]))):
-            os.makedirs(f"py-{i}", exist_ok=True)
-            os.chdir(f"py-{i}")
+        for where, code in json.load(open(sys.argv[1])):
             try:
                 exec(compile(code, where, "exec"), {"__name__": "__main__"})
             except BaseException:
                 results.append(f"{where}:\\n{traceback.format_exc()}")
-            os.chdir("..")
         json.dump(results, open(sys.argv[2], "w"))
         """
     )
-    (tmp / "blocks.json").write_text(json.dumps([(ex.where, ex.code) for ex in batch]))
-    (tmp / "driver.py").write_text(driver)
+    scratch = Path(tempfile.mkdtemp(dir=tmp.parent))
+    (scratch / "blocks.json").write_text(json.dumps([(ex.where, ex.code) for ex in batch]))
+    (scratch / "driver.py").write_text(driver)
     proc = subprocess.run(
-        [sys.executable, "driver.py", "blocks.json", "failures.json"],
+        [sys.executable, str(scratch / "driver.py"), str(scratch / "blocks.json"), str(scratch / "failures.json")],
         cwd=tmp,
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=280,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return list(json.loads((tmp / "failures.json").read_text()))
+    return list(json.loads((scratch / "failures.json").read_text()))
 
 
 def needs_cuemem() -> None:
@@ -227,7 +225,7 @@ def test_site_builds_without_warnings(tmp_path: Path) -> None:
         env=env_for(tmp_path),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=280,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "WARNING" not in proc.stderr, proc.stderr
@@ -257,26 +255,29 @@ def test_every_example_is_seen() -> None:
 # --------------------------------------------------------------------------------------------------- the examples
 
 
-def test_examples_run(tmp_path: Path) -> None:
-    """Every unmarked example, with the hashing embedder: Python blocks in one subprocess, each page's shell blocks
-    in order in the page's own directory, two pages at a time."""
+RUNNABLE = sorted({ex.page for ex in ALL if ex.kind == "run"})
+
+
+@pytest.mark.parametrize("page", RUNNABLE, ids=[p.name for p in RUNNABLE])
+def test_examples_run(page: Path, tmp_path: Path) -> None:
+    """Every unmarked example of a page, in order, in one directory, with the hashing embedder; consecutive Python
+    blocks share one subprocess (one import of cuemem)."""
     needs_cuemem()
     env = env_for(tmp_path)
-    python = [ex for ex in ALL if ex.kind == "run" and ex.lang == "python"]
-    shell: dict[Path, list[Example]] = {}
-    for ex in ALL:
-        if ex.kind == "run" and ex.lang != "python":
-            shell.setdefault(ex.page, []).append(ex)
-
-    def page_run(page: Path) -> list[str]:
-        cwd = tmp_path / page.stem
-        cwd.mkdir()
-        return [f for ex in shell[page] for f in run_shell(ex, cwd, env)]
-
-    (tmp_path / "python").mkdir()
-    with ThreadPoolExecutor(2) as pool:
-        py = pool.submit(run_python, python, tmp_path / "python", env)
-        failures = [f for fs in pool.map(page_run, shell) for f in fs] + py.result()
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    (cwd / "benchmarks").symlink_to(ROOT / "benchmarks")  # examples of scripts run from the repository's root
+    failures: list[str] = []
+    python: list[Example] = []
+    for ex in [ex for ex in ALL if ex.page == page and ex.kind == "run"] + [None]:
+        if ex is not None and ex.lang == "python":
+            python.append(ex)
+            continue
+        if python:
+            failures += run_python(python, cwd, env)
+            python = []
+        if ex is not None:
+            failures += run_shell(ex, cwd, env)
     assert not failures, "\n\n".join(failures)
 
 
@@ -363,8 +364,8 @@ def test_readme_demo_output(tmp_path: Path) -> None:
     needs_cuemem()
     if not default_models_fetched():
         pytest.skip("the default models are not fetched: make setup")
-    readme = [ex for ex in ALL if ex.page.name == "README.md" and ex.lang == "console"]
-    demo = next(ex for ex in readme if ex.code.startswith("$ make demo"))
+    readme = [ex for ex in ALL if ex.page.name == "README.md"]
+    demo = next(ex for ex in readme if ex.kind == "demo")
     shown = console_steps(demo.code)[0][1]
     env = env_for(tmp_path, models=True)
     proc = subprocess.run(
