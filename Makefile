@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint format models bench-perf bench-llm bench-report clean
+.PHONY: setup demo test lint format models bench-perf bench-llm bench-report docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ demo: setup
 
 test: setup lint
 	$(PY) -m pytest -q
+
+# The documentation site (docs/, mkdocs.yml) into site/; warnings are errors.
+docs: setup
+	$(PY) -m mkdocs build --strict
 
 # The optional larger reader (MODELS.md); best run with llama.cpp (README).
 models: setup
