@@ -330,16 +330,7 @@ class PostgresStore(PgVectors):
                 yield conn
             except BaseException as exc:
                 bound.depth = depth
-                try:
-                    conn.execute(f"ROLLBACK TO SAVEPOINT sp{depth}")
-                    conn.execute(f"RELEASE SAVEPOINT sp{depth}")
-                except psycopg.Error:
-                    if isinstance(exc, psycopg.Error):
-                        raise self._failed(exc) from exc
-                    raise
-                if isinstance(exc, psycopg.Error):
-                    raise self._failed(exc) from exc
-                raise
+                self._undo(exc, lambda: self._rollback_to(conn, depth), psycopg.Error, self._failed)
             bound.depth = depth
             try:
                 conn.execute(f"RELEASE SAVEPOINT sp{depth}")

@@ -12,11 +12,13 @@ inserted (`_insert_id`), many rows at once (`_many`), the write lock and its tra
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Self
+from typing import Any, NoReturn, Self
 
 import numpy as np
+
+from ..errors import StoreError
 
 CHUNK = 500  # values per `IN (…)` list
 
@@ -95,6 +97,28 @@ class SQLDialect:
         """Called in the transaction that deletes a namespace, before its row goes: the dialect's own rows."""
 
     # ------------------------------------------------------------------ plumbing
+    @staticmethod
+    def _rollback_to(conn: Any, depth: int) -> None:
+        """Undo a nested write: back to its savepoint, which is then released."""
+        conn.execute(f"ROLLBACK TO SAVEPOINT sp{depth}")
+        conn.execute(f"RELEASE SAVEPOINT sp{depth}")
+
+    @staticmethod
+    def _undo(
+        exc: BaseException, rollback: Callable[[], object], error: type[Exception], failed: Callable[[Any], StoreError]
+    ) -> NoReturn:
+        """Roll a failed write back and raise what it reports: a database `error` as `failed(exc)`, its real cause
+        (a full disk above all), never the failed rollback that follows it; any other exception as it was."""
+        try:
+            rollback()
+        except error:
+            if isinstance(exc, error):  # e.g. SQLite already rolled back (disk full, I/O error)
+                raise failed(exc) from exc
+            raise
+        if isinstance(exc, error):
+            raise failed(exc) from exc
+        raise exc
+
     def _run(self, c: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         """Execute shared SQL on a connection inside `_write`."""
         return c.execute(self._sql(sql), params)

@@ -363,22 +363,12 @@ class SQLiteStore(SQLStore):
                     self._owner = None
                 with self._vec_lock:
                     self._vectors.clear()  # matrices may hold rows that are being rolled back
-                try:
-                    if depth == 0:
-                        self._conn.execute("ROLLBACK")
-                    else:
-                        self._conn.execute(f"ROLLBACK TO sp{depth}")
-                        self._conn.execute(f"RELEASE sp{depth}")
-                except sqlite3.Error:
-                    if isinstance(exc, sqlite3.Error):  # SQLite already rolled back (disk full, I/O error)
-                        raise self._write_failed(exc) from exc
-                    raise
-                if isinstance(exc, sqlite3.Error):
-                    raise self._write_failed(exc) from exc
-                raise
+                conn = self._conn
+                undo = (lambda: conn.execute("ROLLBACK")) if depth == 0 else (lambda: self._rollback_to(conn, depth))
+                self._undo(exc, undo, sqlite3.Error, self._write_failed)
             self._depth = depth
             if depth > 0:
-                self._conn.execute(f"RELEASE sp{depth}")
+                self._conn.execute(f"RELEASE SAVEPOINT sp{depth}")
                 return
             self._owner = None
             try:
