@@ -1,9 +1,9 @@
 """The embedded store: SQLite in WAL mode holding the raw turn log and every derived row (docs/design.md promises 1-3).
 
-Namespaces are hard partitions: every query below that reads or writes user data names `ns` in its WHERE
-clause or key. Derived rows are declared by their owners (`DerivedSpec`) and record the turns they cite and
-depend on; a delete removes exactly what depends on the deleted turns (or marks an owner for rebuild) in the same
-transaction, purges the namespace's cached model calls, and `secure_delete` zeroes the freed bytes.
+The turn log, derived state and the forgetting cascade are `SQLStore`'s (sql.py), whose SQL is written in SQLite's
+spelling; this module keeps what is SQLite's own: the file (pragmas, WAL, `secure_delete`, which zeroes the bytes
+a delete frees), its schema and migrations, the write lock (`BEGIN IMMEDIATE`), the reading connection and exact
+vector search over an in-process matrix.
 
 Opening never writes unless the file is new or needs a migration; `read_only=True` opens the file read-only, so
 reads neither wait behind a writer nor need write access. A file of another application, or of a newer cuemem,
@@ -12,25 +12,33 @@ is refused untouched.
 
 from __future__ import annotations
 
-import json
 import secrets
 import sqlite3
 import threading
 import time
 import unicodedata
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import StoreError, TurnNotFoundError, UnknownNamespaceError
-from ..types import Namespace, Turn
-from .base import AppendResult, CachedCall, DerivedSpec, Item, NewItem, canonical_state, text_hash
+from ..errors import StoreError
+from .base import AppendResult, Item, NewItem, text_hash
+from .sql import DERIVED_TABLES, SQLStore
 from .vectors import DenseIndex
 
-__all__ = ["SCHEMA_VERSION", "AppendResult", "Item", "NewItem", "SQLiteStore", "StoreError", "text_hash"]
+__all__ = [
+    "DERIVED_TABLES",
+    "SCHEMA_VERSION",
+    "AppendResult",
+    "Item",
+    "NewItem",
+    "SQLiteStore",
+    "StoreError",
+    "text_hash",
+]
 
 SCHEMA_VERSION = 2
 APPLICATION_ID = 0x63756D6D  # "cumm": marks a SQLite file as a cuemem store
@@ -156,9 +164,6 @@ CREATE TABLE IF NOT EXISTS history(
 CREATE INDEX IF NOT EXISTS history_by_ns ON history(ns, id);
 """
 
-# Every derived table keyed by namespace; items' dependants cascade through foreign keys.
-DERIVED_TABLES = ("items", "kv", "embed_cache", "llm_calls", "watermarks")
-
 
 def _migrate_1_to_2(c: sqlite3.Connection) -> None:
     """v2: items record quoted (not cited) turns, owners declare their spaces, model calls live per namespace.
@@ -181,7 +186,7 @@ def _migrate_1_to_2(c: sqlite3.Connection) -> None:
 MIGRATIONS = {1: _migrate_1_to_2}
 
 
-class SQLiteStore:
+class SQLiteStore(SQLStore):
     """Durable log of raw turns plus derived tables, per namespace; safe to share between threads and processes."""
 
     def __init__(self, path: str | Path, *, read_only: bool = False, timeout: float = 30.0) -> None:
@@ -306,32 +311,13 @@ class SQLiteStore:
             c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES('salt', ?)", (secrets.token_hex(16),))
             self._log(c, None, "migrate", {"from": version, "to": SCHEMA_VERSION})
 
-    # ------------------------------------------------------------------ plumbing
-    @property
-    def salt(self) -> bytes:
-        """This store's random salt: derived ids and cache keys are not guessable from content without it."""
-        return self._salt
-
+    # ------------------------------------------------------------------ connections and transactions
     def close(self) -> None:
         with self._lock:
             self._conn.close()
         with self._read_lock:
             if self._reader is not None:
                 self._reader.close()
-
-    def __enter__(self) -> SQLiteStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """A write transaction (BEGIN IMMEDIATE: one writer across threads and processes). A nested call is a
-        savepoint: if it fails, only its own writes are undone, whether or not the caller goes on. Other threads'
-        reads meanwhile go through a second connection and see the last commit, without waiting."""
-        with self._write():
-            yield
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -377,22 +363,12 @@ class SQLiteStore:
                     self._owner = None
                 with self._vec_lock:
                     self._vectors.clear()  # matrices may hold rows that are being rolled back
-                try:
-                    if depth == 0:
-                        self._conn.execute("ROLLBACK")
-                    else:
-                        self._conn.execute(f"ROLLBACK TO sp{depth}")
-                        self._conn.execute(f"RELEASE sp{depth}")
-                except sqlite3.Error:
-                    if isinstance(exc, sqlite3.Error):  # SQLite already rolled back (disk full, I/O error)
-                        raise self._write_failed(exc) from exc
-                    raise
-                if isinstance(exc, sqlite3.Error):
-                    raise self._write_failed(exc) from exc
-                raise
+                conn = self._conn
+                undo = (lambda: conn.execute("ROLLBACK")) if depth == 0 else (lambda: self._rollback_to(conn, depth))
+                self._undo(exc, undo, sqlite3.Error, self._write_failed)
             self._depth = depth
             if depth > 0:
-                self._conn.execute(f"RELEASE sp{depth}")
+                self._conn.execute(f"RELEASE SAVEPOINT sp{depth}")
                 return
             self._owner = None
             try:
@@ -445,362 +421,7 @@ class SQLiteStore:
                 " retry the checkpoint when it is done (until then, deleted pages may remain in the log)"
             )
 
-    # ------------------------------------------------------------------ namespaces
-    def namespace_id(self, namespace: Namespace, *, create: bool = False) -> int:
-        """The store's id for a namespace; unknown namespaces raise unless `create`."""
-        key = (namespace.user_id, namespace.agent_id or "", namespace.run_id or "")
-        rows = self._query("SELECT id FROM namespaces WHERE user_id=? AND agent_id=? AND run_id=?", key)
-        if rows:
-            return rows[0][0]
-        if not create:
-            raise UnknownNamespaceError(f"unknown namespace ({namespace}): nothing was ever added to it")
-        with self._write() as c:
-            c.execute(
-                "INSERT OR IGNORE INTO namespaces(user_id, agent_id, run_id, created_at) VALUES(?,?,?,?)",
-                (*key, time.time()),
-            )
-            return c.execute("SELECT id FROM namespaces WHERE user_id=? AND agent_id=? AND run_id=?", key).fetchone()[0]
-
-    def namespaces(self) -> list[tuple[Namespace, int]]:
-        """Every namespace with its number of turns."""
-        rows = self._query(
-            "SELECT n.user_id, n.agent_id, n.run_id, (SELECT COUNT(*) FROM turns t WHERE t.ns = n.id)"
-            " FROM namespaces n ORDER BY n.id"
-        )
-        return [(Namespace.stored(u, a or None, r or None), count) for u, a, r, count in rows]
-
-    def _namespace_of(self, ns: int) -> Namespace:
-        rows = self._query("SELECT user_id, agent_id, run_id FROM namespaces WHERE id=?", (ns,))
-        if not rows:
-            raise UnknownNamespaceError(f"namespace id {ns} does not exist")
-        u, a, r = rows[0]
-        return Namespace.stored(u, a or None, r or None)
-
-    # ------------------------------------------------------------------ the raw log
-    def append_turns(self, ns: int, turns: Sequence[Turn]) -> AppendResult:
-        """Append turns in one transaction; a turn whose id is already logged in `ns` is skipped untouched."""
-        result = AppendResult()
-        now = time.time()
-        with self._write() as c:
-            for turn in turns:
-                cur = c.execute(
-                    "INSERT OR IGNORE INTO turns(ns, turn_id, session_id, speaker, text, timestamp, metadata,"
-                    " added_at) VALUES(?,?,?,?,?,?,?,?)",
-                    (
-                        ns,
-                        turn.id,
-                        turn.session_id,
-                        turn.speaker,
-                        turn.text,
-                        turn.timestamp,
-                        json.dumps(turn.metadata, ensure_ascii=False),
-                        now,
-                    ),
-                )
-                if cur.rowcount == 1:
-                    turn.seq = cur.lastrowid
-                    result.added.append(turn)
-                else:
-                    result.skipped.append(turn.id)
-            if result.added:
-                self._log(c, ns, "add", {"turn_ids": [t.id for t in result.added], "skipped": len(result.skipped)})
-        return result
-
-    def _row_to_turn(self, row: tuple[Any, ...], namespace: Namespace | None) -> Turn:
-        seq, turn_id, session_id, speaker, text, timestamp, metadata = row
-        return Turn(
-            id=turn_id,
-            text=text,
-            speaker=speaker,
-            session_id=session_id,
-            timestamp=timestamp,
-            metadata=json.loads(metadata),
-            namespace=namespace,
-            seq=seq,
-        )
-
-    _TURN_COLS = "seq, turn_id, session_id, speaker, text, timestamp, metadata"
-
-    def get_turn(self, ns: int, turn_id: str) -> Turn:
-        rows = self._query(f"SELECT {self._TURN_COLS} FROM turns WHERE ns=? AND turn_id=?", (ns, turn_id))
-        if not rows:
-            raise TurnNotFoundError(f"no turn {turn_id!r} in namespace ({self._namespace_of(ns)})")
-        return self._row_to_turn(rows[0], self._namespace_of(ns))
-
-    def iter_turns(
-        self,
-        ns: int,
-        *,
-        after_seq: int = 0,
-        session_id: str | None = None,
-        limit: int | None = None,
-        batch: int = 1000,
-    ) -> Iterator[Turn]:
-        """The namespace's turns in log order (at most `limit`), read in batches (constant memory)."""
-        namespace = self._namespace_of(ns)
-        last, left = after_seq, limit
-        while left is None or left > 0:
-            sql = f"SELECT {self._TURN_COLS} FROM turns WHERE ns=? AND seq>?"
-            params: list[Any] = [ns, last]
-            if session_id is not None:
-                sql += " AND session_id=?"
-                params.append(session_id)
-            size = batch if left is None else min(batch, left)
-            rows = self._query(sql + " ORDER BY seq LIMIT ?", (*params, size))
-            if not rows:
-                return
-            for row in rows:
-                yield self._row_to_turn(row, namespace)
-            last = rows[-1][0]
-            if left is not None:
-                left -= len(rows)
-
-    def count_turns(self, ns: int, *, after_seq: int = 0) -> int:
-        """How many turns the namespace holds (past `after_seq`: how many an engine has still to index)."""
-        return self._query("SELECT COUNT(*) FROM turns WHERE ns=? AND seq>?", (ns, after_seq))[0][0]
-
-    def last_seq(self, ns: int) -> int:
-        """The log position of the namespace's newest turn (0 when empty)."""
-        rows = self._query("SELECT seq FROM turns WHERE ns=? ORDER BY seq DESC LIMIT 1", (ns,))
-        return rows[0][0] if rows else 0
-
-    def seqs_of(self, ns: int, turn_ids: Sequence[str]) -> dict[str, int]:
-        """Log positions of the given turn ids (ids not in the log are absent)."""
-        out: dict[str, int] = {}
-        for chunk in _chunks(list(dict.fromkeys(turn_ids)), 500):
-            marks = ",".join("?" * len(chunk))
-            for tid, seq in self._query(
-                f"SELECT turn_id, seq FROM turns WHERE ns=? AND turn_id IN ({marks})", (ns, *chunk)
-            ):
-                out[tid] = seq
-        return out
-
-    def turn_ids_for_seqs(self, ns: int, seqs: Iterable[int]) -> dict[int, str]:
-        out: dict[int, str] = {}
-        for chunk in _chunks(list(seqs), 500):
-            marks = ",".join("?" * len(chunk))
-            for seq, tid in self._query(
-                f"SELECT seq, turn_id FROM turns WHERE +ns=? AND seq IN ({marks})", (ns, *chunk)
-            ):
-                out[seq] = tid
-        return out
-
-    # ------------------------------------------------------------------ forgetting
-    def delete_turns(self, ns: int, turn_ids: Sequence[str] | None = None, session_id: str | None = None) -> int:
-        """Delete turns (by id, or a whole session) and, in the same transaction, every derived row that depends
-        on them (DerivedSpec says how), the namespace's cached model calls and the embeddings of their text."""
-        with self._write() as c:
-            if session_id is not None:
-                seqs = [r[0] for r in c.execute("SELECT seq FROM turns WHERE ns=? AND session_id=?", (ns, session_id))]
-            else:
-                seqs = list(self.seqs_of(ns, list(turn_ids or [])).values())
-            if not seqs:
-                return 0
-            deleted_ids = self.turn_ids_for_seqs(ns, seqs)
-            self._forget(c, ns, seqs)
-            for chunk in _chunks(seqs, 500):
-                c.execute(f"DELETE FROM turns WHERE +ns=? AND seq IN ({','.join('?' * len(chunk))})", (ns, *chunk))
-            op = "delete_session" if session_id is not None else "delete"
-            self._log(c, ns, op, {"turn_ids": sorted(deleted_ids.values()), "session_id": session_id})
-        return len(seqs)
-
-    def _forget(self, c: sqlite3.Connection, ns: int, seqs: Sequence[int]) -> None:
-        """Remove the derived rows that depend on the turns `seqs`; items that also cite surviving turns are
-        re-ingested from the log (their owners' watermarks step back); owners declared `rebuild` start over."""
-        gone = set(seqs)
-        affected: set[int] = set()
-        for chunk in _chunks(list(gone), 500):
-            marks = ",".join("?" * len(chunk))
-            affected.update(
-                r[0]
-                for r in c.execute(f"SELECT item FROM item_turns WHERE ns=? AND turn_seq IN ({marks})", (ns, *chunk))
-            )
-        redo: dict[str, int] = {}  # space -> first surviving turn of a partly deleted item
-        for chunk in _chunks(sorted(affected), 500):
-            marks = ",".join("?" * len(chunk))
-            sql = (
-                f"SELECT i.space, it.turn_seq FROM item_turns it JOIN items i ON i.id = it.item"
-                f" WHERE it.item IN ({marks}) AND +it.ns=? AND it.cited=1"
-            )
-            for space, seq in c.execute(sql, (*chunk, ns)):
-                if seq not in gone:
-                    redo[space] = min(seq, redo.get(space, seq))
-            c.execute(f"DELETE FROM items WHERE +ns=? AND id IN ({marks})", (ns, *chunk))
-        # The embedding cache keeps only what a surviving item's vector uses: the vectors of the dropped items and
-        # remembered embeddings of other texts (vocabulary labels, texts embedded ahead of ingest) may stem from a
-        # deleted turn, so they go, and are recomputed when needed.
-        c.execute(
-            "DELETE FROM embed_cache WHERE ns=? AND text_hash NOT IN (SELECT text_hash FROM vectors WHERE ns=?)",
-            (ns, ns),
-        )
-        specs = c.execute("SELECT owner, space, on_delete FROM derived_specs").fetchall()
-        for owner, space, _ in specs:
-            if space in redo:  # step back so the owner re-ingests the surviving turns of the dropped item
-                self._rewind(c, ns, owner, redo[space] - 1)
-        for owner in sorted({o for o, _, policy in specs if policy == "rebuild"}):
-            self._drop_owner(c, ns, owner, [s for o, s, _ in specs if o == owner])
-        c.execute("DELETE FROM llm_calls WHERE ns=?", (ns,))  # any cached prompt may have quoted a deleted turn
-        self._bump_epoch(c, ns)
-
-    @staticmethod
-    def _owner_keys(owner: str) -> tuple[str, tuple[str, str, str]]:
-        """SQL matching an owner's watermark keys: `owner` and `owner@<embedder>` (no LIKE: names are data)."""
-        return "(engine=? OR substr(engine, 1, length(?) + 1) = ? || '@')", (owner, owner, owner)
-
-    def _rewind(self, c: sqlite3.Connection, ns: int, owner: str, upto: int) -> None:
-        where, params = self._owner_keys(owner)
-        c.execute(f"UPDATE watermarks SET upto=? WHERE ns=? AND upto>? AND {where}", (upto, ns, upto, *params))
-
-    def _drop_owner(self, c: sqlite3.Connection, ns: int, owner: str, spaces: Sequence[str]) -> None:
-        """All of an owner's derived state in a namespace: items of its spaces, its engine state, its watermarks."""
-        for space in spaces:
-            c.execute("DELETE FROM items WHERE ns=? AND space=?", (ns, space))
-        c.execute("DELETE FROM kv WHERE ns=? AND engine=?", (ns, owner))
-        where, params = self._owner_keys(owner)
-        c.execute(f"DELETE FROM watermarks WHERE ns=? AND {where}", (ns, *params))
-
-    def delete_namespace(self, ns: int) -> int:
-        """Remove a namespace with its log, every derived row, its cached calls and its history."""
-        with self._write() as c:
-            count = c.execute("SELECT COUNT(*) FROM turns WHERE ns=?", (ns,)).fetchone()[0]
-            for table in DERIVED_TABLES:
-                c.execute(f"DELETE FROM {table} WHERE ns=?", (ns,))
-            c.execute("DELETE FROM turns WHERE ns=?", (ns,))
-            self._bump_epoch(c, ns)
-            c.execute("DELETE FROM history WHERE ns=?", (ns,))
-            c.execute("DELETE FROM namespaces WHERE id=?", (ns,))
-            # The record of the deletion names no user: only that a namespace and how many turns went.
-            self._log(c, None, "delete_namespace", {"turns": count})
-        return count
-
-    def clear_derived(self, ns: int) -> None:
-        """Drop every derived row of a namespace (the log stays): the first half of a reindex."""
-        with self._write() as c:
-            for table in ("items", "kv", "watermarks"):
-                c.execute(f"DELETE FROM {table} WHERE ns=?", (ns,))
-            self._bump_epoch(c, ns)
-            self._log(c, ns, "reindex", {})
-
-    # ------------------------------------------------------------------ derived items
-    def declare(self, spec: DerivedSpec) -> None:
-        """Record an owner's item spaces and delete policy (idempotent; the latest declaration wins)."""
-        known = self._query("SELECT space, on_delete FROM derived_specs WHERE owner=?", (spec.owner,))
-        if sorted(known) == sorted((s, spec.on_delete) for s in spec.spaces):
-            return
-        with self._write() as c:
-            c.execute("DELETE FROM derived_specs WHERE owner=?", (spec.owner,))
-            c.executemany(
-                "INSERT INTO derived_specs(owner, space, on_delete) VALUES(?,?,?)",
-                [(spec.owner, s, spec.on_delete) for s in spec.spaces],
-            )
-
-    def put_items(self, ns: int, space: str, items: Sequence[NewItem]) -> None:
-        """Insert items; an existing key is kept (idempotent), and an item whose source or dependency turns are
-        not all in the log (deleted meanwhile) is not created."""
-        with self._write() as c:
-            for item in items:
-                cited = set(item.sources)
-                wanted = sorted(cited | set(item.depends))
-                if wanted:
-                    marks = ",".join("?" * len(wanted))
-                    alive = c.execute(
-                        f"SELECT COUNT(*) FROM turns WHERE +ns=? AND seq IN ({marks})", (ns, *wanted)
-                    ).fetchone()[0]
-                    if alive != len(wanted):
-                        continue
-                cur = c.execute(
-                    "INSERT OR IGNORE INTO items(ns, space, key, text, meta, tokens) VALUES(?,?,?,?,?,?)",
-                    (ns, space, item.key, item.text, json.dumps(item.meta, ensure_ascii=False), item.tokens),
-                )
-                if cur.rowcount == 1:
-                    c.executemany(
-                        "INSERT OR IGNORE INTO item_turns(item, ns, turn_seq, cited) VALUES(?,?,?,?)",
-                        [(cur.lastrowid, ns, s, int(s in cited)) for s in wanted],
-                    )
-
-    def item_ids(self, ns: int, space: str, keys: Sequence[str]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for chunk in _chunks(list(keys), 500):
-            marks = ",".join("?" * len(chunk))
-            for key, item_id in self._query(
-                f"SELECT key, id FROM items WHERE ns=? AND space=? AND key IN ({marks})", (ns, space, *chunk)
-            ):
-                out[key] = item_id
-        return out
-
-    def items_after(self, ns: int, space: str, after_id: int) -> list[tuple[int, str]]:
-        """(id, text) of the space's items newer than `after_id`, in id order: feeds incremental indexes."""
-        return self._query(
-            "SELECT id, text FROM items WHERE ns=? AND space=? AND id>? ORDER BY id", (ns, space, after_id)
-        )
-
-    def get_items(self, ns: int, ids: Sequence[int]) -> dict[int, Item]:
-        """Items by id with the ids of the turns they cite (provenance)."""
-        out: dict[int, Item] = {}
-        for chunk in _chunks(list(ids), 500):
-            marks = ",".join("?" * len(chunk))
-            for item_id, key, text, meta, tokens in self._query(
-                f"SELECT id, key, text, meta, tokens FROM items WHERE +ns=? AND id IN ({marks})", (ns, *chunk)
-            ):
-                out[item_id] = Item(item_id, key, text, json.loads(meta), [], tokens)
-            for item_id, turn_id in self._query(
-                # CROSS JOIN and unary +: look up by item id, then turn seq, never scan the namespace.
-                f"SELECT it.item, t.turn_id FROM item_turns it CROSS JOIN turns t ON t.seq = it.turn_seq"
-                f" WHERE it.item IN ({marks}) AND +it.ns=? AND +t.ns=? AND it.cited=1 ORDER BY t.seq",
-                (*chunk, ns, ns),
-            ):
-                if item_id in out:
-                    out[item_id].turn_ids.append(turn_id)
-        return out
-
-    def items_in_order(self, ns: int, space: str) -> list[tuple[int, int]]:
-        """(id, token count) of every item of a space, in log order of their first cited turn."""
-        return self._query(
-            "SELECT i.id, i.tokens FROM items i JOIN item_turns it ON it.item = i.id"
-            " WHERE i.ns=? AND i.space=? AND it.cited=1 GROUP BY i.id ORDER BY MIN(it.turn_seq)",
-            (ns, space),
-        )
-
-    # ------------------------------------------------------------------ vectors and the embedding cache
-    def items_without_vectors(self, ns: int, model: str, item_ids: Sequence[int]) -> list[tuple[int, str]]:
-        """(id, text) of those of the given items that have no vector from `model` yet."""
-        out: list[tuple[int, str]] = []
-        for chunk in _chunks(sorted(set(item_ids)), 500):
-            marks = ",".join("?" * len(chunk))
-            out += self._query(
-                f"SELECT i.id, i.text FROM items i WHERE i.id IN ({marks}) AND +i.ns=? AND NOT EXISTS"
-                " (SELECT 1 FROM vectors v WHERE v.item = i.id AND v.model=?) ORDER BY i.id",
-                (*chunk, ns, model),
-            )
-        return out
-
-    def item_vectors(self, ns: int, model: str, item_ids: Sequence[int]) -> dict[int, np.ndarray]:
-        """The vectors from `model` of the given items (those that have one)."""
-        out: dict[int, np.ndarray] = {}
-        for chunk in _chunks(sorted(set(item_ids)), 500):
-            marks = ",".join("?" * len(chunk))
-            for item_id, blob in self._query(
-                f"SELECT item, vec FROM vectors WHERE item IN ({marks}) AND +ns=? AND model=?", (*chunk, ns, model)
-            ):
-                out[item_id] = np.frombuffer(blob, dtype=np.float32)
-        return out
-
-    def put_vectors(self, ns: int, space: str, model: str, rows: Sequence[tuple[int, str, np.ndarray]]) -> None:
-        """Store (item id, text hash, vector) rows, and remember each vector in the embedding cache."""
-        with self._write() as c:
-            for item_id, digest, vec in rows:
-                blob = np.asarray(vec, dtype=np.float32).tobytes()
-                cur = c.execute(  # nothing is written for an item deleted while it was being embedded
-                    "INSERT OR IGNORE INTO vectors(item, ns, space, model, text_hash, vec)"
-                    " SELECT id, ns, ?, ?, ?, ? FROM items WHERE id=? AND +ns=?",
-                    (space, model, digest, blob, item_id, ns),
-                )
-                if cur.rowcount:
-                    c.execute(
-                        "INSERT OR IGNORE INTO embed_cache(ns, model, text_hash, vec) VALUES(?,?,?,?)",
-                        (ns, model, digest, blob),
-                    )
-
+    # ------------------------------------------------------------------ exact vector search
     def vector_search(self, ns: int, space: str, model: str, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
         """Top-k (item id, cosine) among one namespace's vectors of one space and model (an in-process matrix,
         grown with new rows and rebuilt when the namespace's epoch changes)."""
@@ -817,171 +438,3 @@ class SQLiteStore:
                 after = row_id
             self._vectors[key] = (epoch, index, after)
             return index.search(vector, k)
-
-    def cache_embeddings(self, ns: int, model: str, rows: Sequence[tuple[str, np.ndarray]]) -> None:
-        """Remember (text hash, vector) rows of texts that are not items (e.g. vocabulary labels)."""
-        if self.read_only:
-            return  # a read-only store remembers nothing; the vectors were still computed
-        with self._write() as c:
-            c.executemany(
-                "INSERT OR IGNORE INTO embed_cache(ns, model, text_hash, vec) VALUES(?,?,?,?)",
-                [(ns, model, h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in rows],
-            )
-
-    def cached_embeddings(self, ns: int, model: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
-        for chunk in _chunks(list(set(hashes)), 500):
-            marks = ",".join("?" * len(chunk))
-            for h, blob in self._query(
-                f"SELECT text_hash, vec FROM embed_cache WHERE ns=? AND model=? AND text_hash IN ({marks})",
-                (ns, model, *chunk),
-            ):
-                out[h] = np.frombuffer(blob, dtype=np.float32)
-        return out
-
-    # ------------------------------------------------------------------ labels and engine state
-    def put_labels(self, ns: int, rows: Sequence[tuple[int, str, str]]) -> None:
-        """(item id, kind, label) rows, e.g. an event type or an entity type of a step."""
-        with self._write() as c:
-            c.executemany(
-                "INSERT OR IGNORE INTO labels(item, ns, kind, label) VALUES(?,?,?,?)",
-                [(item, ns, kind, label) for item, kind, label in rows],
-            )
-
-    def relabel(self, ns: int, kind: str, mapping: dict[str, str], items: Sequence[int] | None = None) -> int:
-        """Rename labels of one kind (old -> new), on every item of the namespace or only on `items`; an item
-        that already has the new label keeps one copy. Returns how many label rows changed."""
-        changed = 0
-        with self._write() as c:
-            for old, new in mapping.items():
-                scope, params = "", [ns, kind, old]
-                if items is not None:
-                    scope = f" AND item IN ({','.join('?' * len(items))})"
-                    params += list(items)
-                rows = c.execute(f"SELECT item FROM labels WHERE ns=? AND kind=? AND label=?{scope}", params).fetchall()
-                c.executemany(
-                    "INSERT OR IGNORE INTO labels(item, ns, kind, label) VALUES(?,?,?,?)",
-                    [(item, ns, kind, new) for (item,) in rows],
-                )
-                c.execute(f"DELETE FROM labels WHERE ns=? AND kind=? AND label=?{scope}", params)
-                changed += len(rows)
-        return changed
-
-    def labels_in_space(self, ns: int, space: str) -> list[tuple[int, str, str]]:
-        """(item id, kind, label) of every labelled item of a space, in item order."""
-        return self._query(
-            "SELECT l.item, l.kind, l.label FROM labels l JOIN items i ON i.id = l.item"
-            " WHERE l.ns=? AND i.ns=? AND i.space=? ORDER BY l.item",
-            (ns, ns, space),
-        )
-
-    def labels_of(self, ns: int, item: int) -> list[tuple[str, str]]:
-        return self._query("SELECT kind, label FROM labels WHERE ns=? AND item=? ORDER BY kind, label", (ns, item))
-
-    def kv_set(self, ns: int, owner: str, key: str, value: Any) -> None:
-        """Engine state. Only an owner whose state is rebuilt on delete may keep any (state of an owner declared
-        `on_delete="rows"` would outlive the turns it came from)."""
-        if self._query("SELECT 1 FROM derived_specs WHERE owner=? AND on_delete='rows' LIMIT 1", (owner,)):
-            raise StoreError(f"{owner!r} declared on_delete='rows': its derived state must be items, not engine state")
-        with self._write() as c:
-            c.execute(
-                "INSERT INTO kv(ns, engine, key, value) VALUES(?,?,?,?)"
-                " ON CONFLICT(ns, engine, key) DO UPDATE SET value=excluded.value",
-                (ns, owner, key, json.dumps(value, ensure_ascii=False)),
-            )
-
-    def kv_get(self, ns: int, owner: str, key: str, default: Any = None) -> Any:
-        rows = self._query("SELECT value FROM kv WHERE ns=? AND engine=? AND key=?", (ns, owner, key))
-        return json.loads(rows[0][0]) if rows else default
-
-    # ------------------------------------------------------------------ engine progress and cache epochs
-    def watermark(self, ns: int, key: str) -> int:
-        rows = self._query("SELECT upto FROM watermarks WHERE ns=? AND engine=?", (ns, key))
-        return rows[0][0] if rows else 0
-
-    def set_watermark(self, ns: int, key: str, upto: int) -> None:
-        with self._write() as c:
-            c.execute(
-                "INSERT INTO watermarks(ns, engine, upto) VALUES(?,?,?)"
-                " ON CONFLICT(ns, engine) DO UPDATE SET upto=MAX(upto, excluded.upto)",
-                (ns, key, upto),
-            )
-
-    def epoch(self, ns: int) -> int:
-        rows = self._query("SELECT epoch FROM epochs WHERE ns=?", (ns,))
-        return rows[0][0] if rows else 0
-
-    def _bump_epoch(self, c: sqlite3.Connection, ns: int) -> None:
-        c.execute(
-            "INSERT INTO epochs(ns, epoch) VALUES(?, 1) ON CONFLICT(ns) DO UPDATE SET epoch = epoch + 1",
-            (ns,),
-        )
-
-    def derived_state(self, ns: int) -> dict[str, Any]:
-        """Every derived row of a namespace in a canonical, store-independent form (turn ids, not row ids):
-        two stores fed the same log compare equal."""
-        q = self._query
-        with self.snapshot():
-            return canonical_state(
-                q("SELECT seq, turn_id FROM turns WHERE ns=?", (ns,)),
-                q("SELECT id, space, key, text, meta, tokens FROM items WHERE ns=?", (ns,)),
-                q("SELECT item, turn_seq, cited FROM item_turns WHERE ns=?", (ns,)),
-                q("SELECT item, kind, label FROM labels WHERE ns=?", (ns,)),
-                q("SELECT item, model, text_hash, vec FROM vectors WHERE ns=?", (ns,)),
-                q("SELECT engine, key, value FROM kv WHERE ns=?", (ns,)),
-                q("SELECT engine, upto FROM watermarks WHERE ns=?", (ns,)),
-            )
-
-    # ------------------------------------------------------------------ the model-call cache
-    def cached_call(self, ns: int, key: str) -> str | None:
-        """The JSON response of a model call made for this namespace, if it is cached."""
-        rows = self._query("SELECT response FROM llm_calls WHERE ns=? AND key=?", (ns, key))
-        return rows[0][0] if rows else None
-
-    def cache_call(self, ns: int, call: CachedCall) -> None:
-        if self.read_only:
-            return  # a read-only store remembers nothing; the call was still made and counted
-        with self._write() as c:
-            c.execute(
-                "INSERT OR REPLACE INTO llm_calls(ns, key, backend, method, stage, request, response, prompt_tokens,"
-                " completion_tokens, seconds, at) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    ns,
-                    call.key,
-                    call.backend,
-                    call.method,
-                    call.stage,
-                    call.request,
-                    call.response,
-                    call.prompt_tokens,
-                    call.completion_tokens,
-                    call.seconds,
-                    time.time(),
-                ),
-            )
-
-    def call_summary(self) -> list[dict[str, Any]]:
-        """Cached model calls of every namespace, grouped by backend, stage and method."""
-        rows = self._query(
-            "SELECT backend, stage, method, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(seconds)"
-            " FROM llm_calls GROUP BY backend, stage, method ORDER BY backend, stage, method"
-        )
-        keys = ("backend", "stage", "method", "calls", "prompt_tokens", "completion_tokens", "seconds")
-        return [dict(zip(keys, row, strict=True)) for row in rows]
-
-    # ------------------------------------------------------------------ history
-    def _log(self, c: sqlite3.Connection, ns: int | None, op: str, detail: dict[str, Any]) -> None:
-        c.execute(
-            "INSERT INTO history(ns, at, op, detail) VALUES(?,?,?,?)",
-            (ns, time.time(), op, json.dumps(detail, ensure_ascii=False)),
-        )
-
-    def history(self, ns: int, limit: int = 100) -> list[dict[str, Any]]:
-        """The namespace's changes, newest first."""
-        rows = self._query("SELECT id, at, op, detail FROM history WHERE ns=? ORDER BY id DESC LIMIT ?", (ns, limit))
-        return [{"id": i, "at": at, "op": op, **json.loads(detail)} for i, at, op, detail in rows]
-
-
-def _chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(seq), size):
-        yield seq[start : start + size]
