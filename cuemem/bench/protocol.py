@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import __version__
 from ..engines import Engine
+from ..engines.base import unwrap
 
 KS = (1, 5, 10, 20, 50)
 DEPTH = 400  # hits read per question: enough to fill a 4,096-token budget with LoCoMo-sized turns
@@ -136,7 +137,7 @@ def engine_sources(engine: Engine) -> list[Path]:
     `cuemem/engines/stitch/`) or its own module file (`cuemem/engines/baselines.py`, or a plugin's module), and
     for cuemem's own engines the shared parts they compose (`engines/base.py`, `engines/baselines.py`,
     `index/*.py`)."""
-    module = sys.modules.get(type(engine).__module__)
+    module = sys.modules.get(type(unwrap(engine)).__module__)  # a plugin's own module, not its wrapper's
     file = getattr(module, "__file__", None)
     if file is None:
         return []
