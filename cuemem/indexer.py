@@ -13,6 +13,8 @@ from contextlib import nullcontext
 from .config import Settings
 from .embed.base import Embedder
 from .engines import BaseEngine, EngineContext, get_engine
+from .engines.base import RecordKeeper
+from .errors import CuememError
 from .index.live import IndexCache
 from .index.tokens import TokenCounter, default_counter
 from .llm import LLMClient
@@ -58,6 +60,28 @@ class Indexer:
             self.engines[name] = get_engine(name)
         return self.engines[name]
 
+    def caught_up(self, name: str | None, namespace: Namespace) -> tuple[BaseEngine, int]:
+        """The engine chosen (None: the memory's) and the namespace's id, after the engine caught up with its log."""
+        ns = self.store.namespace_id(namespace)
+        engine = self.get(name)
+        self.sync(engine, ns, namespace)
+        return engine, ns
+
+    def record_keeper(
+        self, name: str | None, namespace: Namespace, now: str | None = None
+    ) -> tuple[RecordKeeper, EngineContext]:
+        """The engine chosen, caught up, if it keeps typed records (a profile engine), and its context."""
+        if not isinstance(engine := self.get(name), RecordKeeper):
+            raise CuememError(f"engine {engine.name!r} keeps no records: use a profile engine (e.g. engine='profile')")
+        _, ns = self.caught_up(name, namespace)
+        return engine, self.context(ns, namespace, now=now)
+
+    def targets(self, user_id: str | None, agent_id: str | None, run_id: str | None) -> list[Namespace]:
+        """The one namespace named, or every namespace when no user_id is given."""
+        if user_id is not None:
+            return [Namespace(user_id, agent_id, run_id)]
+        return [namespace for namespace, _ in self.store.namespaces()]
+
     def llm_for(self, ns: int) -> LLMClient:
         """The model client for calls made on a namespace's behalf: cached in the store with that namespace's
         turns (so every delete there forgets them), keyed with the store's salt; no cache when llm_cache=off."""
@@ -90,8 +114,10 @@ class Indexer:
         """Watermarks are per engine, and per embedding model for engines that embed."""
         return f"{engine.name}@{self.embedder().name}" if engine.uses_embedder else engine.name
 
-    def pending(self, engine: BaseEngine, ns: int) -> int:
-        """How many of the namespace's turns the engine has not indexed yet."""
+    def pending(self, name: str | None, namespace: Namespace) -> int:
+        """How many of the namespace's turns the engine chosen (None: the memory's) has not indexed yet."""
+        engine = self.get(name)
+        ns = self.store.namespace_id(namespace)
         return self.store.count_turns(ns, after_seq=self.store.watermark(ns, self.progress_key(engine)))
 
     def sync(

@@ -17,6 +17,7 @@ from .store.base import AppendResult
 from .types import Namespace, Turn
 
 Message = str | bytes | Mapping[str, Any] | Turn
+Ids = tuple[str, str | None, str | None]  # a namespace's (user_id, agent_id, run_id), as the caller gave them
 MAX_METADATA_DEPTH = 100  # deeper metadata is refused: it could exhaust the stack when the store serialises it
 
 
@@ -39,7 +40,7 @@ class Intake:
     def add(
         self,
         messages: Message | Iterable[Message],
-        ids: tuple[str, str | None, str | None],
+        ids: Ids,
         session_id: str | None = None,
         timestamp: str | None = None,
         on_error: str = "raise",

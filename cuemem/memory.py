@@ -20,13 +20,12 @@ from .config import Settings
 from .embed import make_embedder
 from .embed.base import Embedder
 from .engines import BaseEngine, Engine, EngineContext, as_engine, get_engine
-from .engines.base import RecordKeeper
-from .errors import CuememError, TurnNotFoundError
+from .errors import TurnNotFoundError
 from .forgetting import Forgetting
 from .formats import ImportReport
 from .index.budget import pack
 from .indexer import INGEST_BATCH, MODEL_BATCH, Indexer
-from .intake import AddResult, Intake, Message
+from .intake import AddResult, Ids, Intake, Message
 from .llm import LLMClient, make_client
 from .store import as_target, open_store
 from .store.base import Store
@@ -67,9 +66,8 @@ class Memory:
         self._embedder = embedder
         self._llm = llm
         # the batch sizes are read here, so that setting cuemem.memory.INGEST_BATCH sizes a new Memory's batches
-        batches = (INGEST_BATCH, MODEL_BATCH)
         self._indexer = Indexer(
-            self.store, self.settings, self.engine, lambda: self.embedder, lambda: self.llm, batches
+            self.store, self.settings, self.engine, lambda: self.embedder, lambda: self.llm, (INGEST_BATCH, MODEL_BATCH)
         )
         self.indexes = self._indexer.indexes  # in-memory lexical indexes and engines' query-side views
         self.tokens = self._indexer.tokens
@@ -115,22 +113,9 @@ class Memory:
         """Watermarks are per engine, and per embedding model for engines that embed."""
         return self._indexer.progress_key(engine)
 
-    def _caught_up(self, engine: str | None, namespace: Namespace) -> tuple[BaseEngine, int]:
-        """The engine chosen (None: the memory's) and the namespace's id, after the engine caught up with its log."""
-        ns = self.store.namespace_id(namespace)
-        chosen = self._engine(engine)
-        self._indexer.sync(chosen, ns, namespace)
-        return chosen, ns
-
     @staticmethod
     def namespace(user_id: str, agent_id: str | None = None, run_id: str | None = None) -> Namespace:
         return Namespace(user_id, agent_id, run_id)
-
-    def _targets(self, user_id: str | None, agent_id: str | None, run_id: str | None) -> list[Namespace]:
-        """The one namespace named, or every namespace when no user_id is given."""
-        if user_id is not None:
-            return [Namespace(user_id, agent_id, run_id)]
-        return [namespace for namespace, _ in self.store.namespaces()]
 
     # ------------------------------------------------------------------ writing
     def add(
@@ -172,26 +157,7 @@ class Memory:
     ) -> Retrieval:
         """The k best hits for the query in this namespace, packed into `budget_tokens` when given. `now`, when
         the query is asked (any common date format), resolves its relative dates ("last week") for date boosts."""
-        if not isinstance(query, str) or not query.strip():
-            raise ValueError("query must be a non-empty string")
-        k = self.settings.k if k is None else k
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        namespace = Namespace(user_id, agent_id, run_id)
-        chosen, ns = self._caught_up(engine, namespace)
-        start = time.perf_counter()
-        # model calls of a retrieval (seeding, labelling the question) count as "query"; a memory whose engine
-        # calls no model never creates a client here
-        with self.llm.stage("query") if self._llm is not None or chosen.uses_llm else nullcontext():
-            hits = chosen.retrieve(self._indexer.context(ns, namespace, now=now), query, k, budget_tokens)
-        return Retrieval(
-            query=query,
-            hits=pack(hits, budget_tokens),
-            engine=chosen.name,
-            namespace=namespace,
-            seconds=time.perf_counter() - start,
-            budget_tokens=budget_tokens,
-        )
+        return self._search(query, (user_id, agent_id, run_id), k, budget_tokens, engine, now)
 
     def answer(
         self,
@@ -211,17 +177,33 @@ class Memory:
         `now`, the date the question is asked, is given to the model for questions relative to it; `abstain` is
         the reply the model is told to give when its excerpts do not say (the reader's default otherwise)."""
         budget = self.settings.answer_budget if budget_tokens is None else budget_tokens
-        retrieval = self.search(
-            question,
-            user_id=user_id,
-            agent_id=agent_id,
-            run_id=run_id,
-            k=k,
-            budget_tokens=budget,
-            engine=engine,
-            now=now,
-        )
+        retrieval = self._search(question, (user_id, agent_id, run_id), k, budget, engine, now)
         return self.read(question, retrieval, budget_tokens=budget, now=now, abstain=abstain)
+
+    def _search(
+        self, query: str, ids: Ids, k: int | None, budget_tokens: int | None, engine: str | None, now: str | None
+    ) -> Retrieval:
+        """Search (and the retrieval answer reads): the namespace of `ids` (user, agent, run) caught up first."""
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
+        k = self.settings.k if k is None else k
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        namespace = Namespace(*ids)
+        chosen, ns = self._indexer.caught_up(engine, namespace)
+        start = time.perf_counter()
+        # model calls of a retrieval (seeding, labelling the question) count as "query"; a memory whose engine
+        # calls no model never creates a client here
+        with self.llm.stage("query") if self._llm is not None or chosen.uses_llm else nullcontext():
+            hits = chosen.retrieve(self._indexer.context(ns, namespace, now=now), query, k, budget_tokens)
+        return Retrieval(
+            query=query,
+            hits=pack(hits, budget_tokens),
+            engine=chosen.name,
+            namespace=namespace,
+            seconds=time.perf_counter() - start,
+            budget_tokens=budget_tokens,
+        )
 
     def read(
         self,
@@ -310,9 +292,7 @@ class Memory:
     ) -> int:
         """How many of the namespace's turns the engine has not indexed yet (e.g. after a change of embedder, every
         one of them: the next search embeds them all first)."""
-        return self._indexer.pending(
-            self._engine(engine), self.store.namespace_id(Namespace(user_id, agent_id, run_id))
-        )
+        return self._indexer.pending(engine, Namespace(user_id, agent_id, run_id))
 
     def catch_up(
         self,
@@ -337,16 +317,9 @@ class Memory:
         progress: Callable[[int], None] | None = None,
     ) -> int:
         """Drop derived indexes and rebuild them from the raw log (one namespace, or all when no user_id)."""
-        return self._forgetting.reindex(self._targets(user_id, agent_id, run_id), progress)
+        return self._forgetting.reindex(self._indexer.targets(user_id, agent_id, run_id), progress)
 
     # ------------------------------------------------------------------ typed records (engine `profile`)
-    def _records_engine(self, engine: str | None, namespace: Namespace) -> tuple[RecordKeeper, EngineContext]:
-        """The engine chosen, caught up, if it keeps typed records (a profile engine), and its context."""
-        if not isinstance(chosen := self._engine(engine), RecordKeeper):
-            raise CuememError(f"engine {chosen.name!r} keeps no records: use a profile engine (e.g. engine='profile')")
-        _, ns = self._caught_up(engine, namespace)
-        return chosen, self._context(ns, namespace)
-
     def profile(
         self,
         *,
@@ -358,7 +331,7 @@ class Memory:
     ) -> dict[str, Any]:
         """The current preferences and profile facts of a namespace's subject (default: the speaker with the most
         records) as a dict, each value with its confidence, evidence turn ids and earlier values."""
-        chosen, ctx = self._records_engine(engine, Namespace(user_id, agent_id, run_id))
+        chosen, ctx = self._indexer.record_keeper(engine, Namespace(user_id, agent_id, run_id))
         return dict(chosen.profile(ctx, subject))
 
     def records(
@@ -375,18 +348,14 @@ class Memory:
     ) -> list[dict[str, Any]]:
         """A namespace's typed records (with their history), by relevance to `query` (similarity and recency) or
         all, newest first; `types` picks record types (preference, profile, episodic, summary, tool_result)."""
-        chosen, ctx = self._records_engine(engine, Namespace(user_id, agent_id, run_id))
-        ctx.now = now
-        return [
-            {**record.to_json(), "score": round(score, 4)}
-            for record, score in chosen.records(ctx, query, types=types, k=k)
-        ]
+        chosen, ctx = self._indexer.record_keeper(engine, Namespace(user_id, agent_id, run_id), now=now)
+        return [{**r.to_json(), "score": round(score, 4)} for r, score in chosen.records(ctx, query, types=types, k=k)]
 
     def export(
         self, out: IO[str], *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None
     ) -> int:
         """Write the raw log (one namespace, or all) as JSONL, one turn a line; derived indexes are rebuilt."""
-        return self._transfer.export(out, self._targets(user_id, agent_id, run_id))
+        return self._transfer.export(out, self._indexer.targets(user_id, agent_id, run_id))
 
     def import_(
         self,
