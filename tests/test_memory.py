@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
 import pytest
 from conftest import ENGINES, TRIP, store_target
 
-from cuemem import InvalidTurnError, Memory, TurnNotFoundError, UnknownEngineError, UnknownNamespaceError
+from cuemem import InvalidTurnError, Memory, Settings, TurnNotFoundError, UnknownEngineError, UnknownNamespaceError
 from cuemem.embed import HashingEmbedder
+from cuemem.engines import get_engine
 
 
 def all_hit_ids(memory: Memory, query: str, user: str = "maya", engine: str | None = None) -> set[str]:
@@ -244,3 +246,17 @@ def test_pending_and_catch_up_report_what_a_new_embedder_must_index(tmp_path):
         seen: list[int] = []
         assert memory.catch_up(user_id="maya", progress=seen.append) == 4 and sum(seen) == 4
         assert memory.pending(user_id="maya") == 0
+
+
+@pytest.mark.sqlite_only("the settings object is under test, not the store")
+def test_memory_never_changes_the_settings_it_is_given(tmp_path):
+    """Memory copies the settings it is given; `path` and `engine` (a name or an instance) change only the copy."""
+    settings = Settings.load(db=tmp_path / "given.db", engine="hybrid", embedder="hashing")
+    before = dataclasses.asdict(settings)
+    with Memory(tmp_path / "other.db", engine="bm25", settings=settings, embedder=HashingEmbedder()) as memory:
+        assert memory.settings is not settings
+        assert memory.settings.db == tmp_path / "other.db" and memory.settings.engine == "bm25"
+        memory.add(TRIP, user_id="maya")
+    with Memory(engine=get_engine("fullcontext"), settings=settings, embedder=HashingEmbedder()) as memory:
+        assert memory.settings.engine == "fullcontext" and memory.settings.db == tmp_path / "given.db"
+    assert dataclasses.asdict(settings) == before

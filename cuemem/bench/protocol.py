@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..config import Settings
 from ..engines import Engine
+from ..engines.base import unwrap
+from ..store import as_target
 
 KS = (1, 5, 10, 20, 50)
 DEPTH = 400  # hits read per question: enough to fill a 4,096-token budget with LoCoMo-sized turns
@@ -79,22 +82,39 @@ RESULT_SETTINGS = (
 )
 
 
-def resolved_settings(config: BenchConfig) -> dict[str, Any]:
-    """RESULT_SETTINGS as this run resolves them (the judge's too, when there is one)."""
-    from ..config import Settings
+@dataclass(frozen=True)
+class RunSettings:
+    """A run's settings, resolved once from its arguments, CUEMEM_* variables and the config file (`run`), and the
+    judge's (`judge`, from its overrides alone; None without a judge)."""
 
-    run = Settings.load(config.config_file, **config.settings)
-    out: dict[str, Any] = {name: getattr(run, name) for name in RESULT_SETTINGS}
-    if config.judge is not None:
-        judge = Settings.load(**config.judge)
-        out["judge"] = {name: getattr(judge, name) for name in ("llm", "llm_model", "llm_base_url")}
+    run: Settings
+    judge: Settings | None = None
+
+    @classmethod
+    def load(cls, config: BenchConfig) -> RunSettings:
+        """Resolve the run's settings and the judge's."""
+        run = Settings.load(config.config_file, **config.settings)
+        return cls(run, Settings.load(**config.judge) if config.judge is not None else None)
+
+    def for_engine(self, engine: str, db: str | Path) -> Settings:
+        """The run's settings for one engine and its store (a copy: the run's own stay as they were)."""
+        return dataclasses.replace(self.run, db=as_target(db), engine=engine)
+
+
+def resolved_settings(config: BenchConfig, settings: RunSettings | None = None) -> dict[str, Any]:
+    """RESULT_SETTINGS as this run resolves them (the judge's too, when there is one); `settings` when the run
+    resolved them already."""
+    settings = settings or RunSettings.load(config)
+    out: dict[str, Any] = {name: getattr(settings.run, name) for name in RESULT_SETTINGS}
+    if settings.judge is not None:
+        out["judge"] = {name: getattr(settings.judge, name) for name in ("llm", "llm_model", "llm_base_url")}
     return out
 
 
-def protocol(config: BenchConfig) -> dict[str, Any]:
+def protocol(config: BenchConfig, settings: RunSettings | None = None) -> dict[str, Any]:
     """What a checkpoint's figures depend on beyond the conversation and the engine; a checkpoint made under
     another protocol (another budget, reader, judge, embedder or template, however given) is recomputed, not
-    reused."""
+    reused. `settings`: the run's, when it resolved them already."""
     data = Path(config.data)
     size = data.stat().st_size if data.is_file() else None
     abstain = ABSTAIN.get(config.dataset) if config.answer else None
@@ -108,7 +128,7 @@ def protocol(config: BenchConfig) -> dict[str, Any]:
         "abstain": abstain,
         "judge": config.judge,
         "settings": config.settings,
-        "resolved": resolved_settings(config),
+        "resolved": resolved_settings(config, settings),
         "config_file": source_digest([Path(config.config_file)]) if config.config_file else None,
     }
     if config.max_questions:  # only when set: checkpoints of full runs stay valid
@@ -136,7 +156,7 @@ def engine_sources(engine: Engine) -> list[Path]:
     `cuemem/engines/stitch/`) or its own module file (`cuemem/engines/baselines.py`, or a plugin's module), and
     for cuemem's own engines the shared parts they compose (`engines/base.py`, `engines/baselines.py`,
     `index/*.py`)."""
-    module = sys.modules.get(type(engine).__module__)
+    module = sys.modules.get(type(unwrap(engine)).__module__)  # a plugin's own module, not its wrapper's
     file = getattr(module, "__file__", None)
     if file is None:
         return []

@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..config import Settings
 from ..embed import MatryoshkaEmbedder, make_embedder
 from ..embed.cached import CachedEmbedder
 from ..errors import UnknownNamespaceError
@@ -25,7 +24,17 @@ from ..memory import INGEST_BATCH, Memory
 from .datasets import Conversation, load_locomo, load_longmemeval, split_of
 from .judge import judge
 from .metrics import bleu1, evidence_recall, locomo_f1, ndcg, set_f1, structured_scores, wrong_top
-from .protocol import ABSTAIN, DEPTH, KS, BenchConfig, engine_fingerprint, protocol, reusable, sample_questions
+from .protocol import (
+    ABSTAIN,
+    DEPTH,
+    KS,
+    BenchConfig,
+    RunSettings,
+    engine_fingerprint,
+    protocol,
+    reusable,
+    sample_questions,
+)
 from .report import summarize, write_report
 
 __all__ = ["BenchConfig", "conversations", "run", "run_conversation"]
@@ -187,10 +196,11 @@ def peak_rss_mb() -> float:
 def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Run every engine over the dataset (resuming from checkpoints) and write results.json, report.md, plots."""
     per_engine: dict[str, list[dict[str, Any]]] = {}
+    settings = RunSettings.load(config)  # resolved once: every engine, the shared embedder and the judge read these
     shared: CachedEmbedder | None = None
     embedder: Any = None
     if config.embed_cache is not None:
-        embedder = make_embedder(Settings.load(config.config_file, **config.settings))
+        embedder = make_embedder(settings.run)
         if isinstance(embedder, MatryoshkaEmbedder):  # cache the full vectors: every cut reads the same rows
             shared = CachedEmbedder(embedder.inner, config.embed_cache)
             embedder = MatryoshkaEmbedder(shared, embedder.dim)
@@ -199,14 +209,11 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
     try:
         for engine in config.engines:
             db = config.store or config.out / "stores" / f"{engine}.db"
-            settings = Settings.load(config.config_file, db=db, engine=engine, **config.settings)
             checkpoints = config.out / "checkpoints" / engine
-            judge_client = (
-                make_client(Settings.load(**config.judge)) if config.answer and config.judge is not None else None
-            )
-            with Memory(settings=settings, embedder=embedder) as memory:
+            judge_client = make_client(settings.judge) if config.answer and settings.judge is not None else None
+            with Memory(settings=settings.for_engine(engine, db), embedder=embedder) as memory:
                 done: list[dict[str, Any]] = []
-                wanted = {**protocol(config), "engine": engine_fingerprint(memory.engine)}
+                wanted = {**protocol(config, settings), "engine": engine_fingerprint(memory.engine)}
                 for i, conv in enumerate(conversations(config)):  # streamed again per engine: bounded memory
                     path = checkpoints / f"{_safe(conv.id)}.json"
                     saved = json.loads(path.read_text()) if path.exists() else None

@@ -8,7 +8,7 @@ from functools import partial
 from importlib.metadata import entry_points
 
 from ..errors import UnknownEngineError
-from .base import Engine, EngineContext
+from .base import BaseEngine, Engine, EngineContext, PluginEngine, as_engine
 from .baselines import BM25Engine, DenseEngine, FullContext, HybridEngine
 from .episodic import VARIANTS as EPISODIC_VARIANTS
 from .episodic import variant as episodic_variant
@@ -19,7 +19,7 @@ from .scg import variant as scg_variant
 from .stitch import VARIANTS as STITCH_VARIANTS
 from .stitch import variant as stitch_variant
 
-__all__ = ["Engine", "EngineContext", "available_engines", "get_engine"]
+__all__ = ["BaseEngine", "Engine", "EngineContext", "PluginEngine", "as_engine", "available_engines", "get_engine"]
 
 BUILTIN: dict[str, Callable[[], Engine]] = {
     "fullcontext": FullContext,
@@ -40,7 +40,7 @@ def available_engines() -> dict[str, Callable[[], Engine]]:
     return engines
 
 
-FAMILIES: dict[str, Callable[..., Engine]] = {
+FAMILIES: dict[str, Callable[..., BaseEngine]] = {
     **{name: partial(stitch_variant, name) for name in STITCH_VARIANTS},
     **{name: partial(scg_variant, name) for name in SCG_VARIANTS},
     **{name: partial(episodic_variant, name) for name in EPISODIC_VARIANTS},
@@ -48,12 +48,13 @@ FAMILIES: dict[str, Callable[..., Engine]] = {
 }
 
 
-def get_engine(name: str) -> Engine:
+def get_engine(name: str) -> BaseEngine:
     """The engine registered as `name`; "name[field=value,...]" is a built-in variant with fields of its config
-    replaced (typed like their defaults), e.g. "episodic[window=1024,max_windows=3]"."""
+    replaced (typed like their defaults), e.g. "episodic[window=1024,max_windows=3]". A plugin's engine that does
+    not subclass BaseEngine comes wrapped in PluginEngine (the hooks' defaults)."""
     engines = available_engines()
     if name in engines:
-        return engines[name]()
+        return as_engine(engines[name]())
     base, _, rest = name.partition("[")
     if rest.endswith("]") and base in FAMILIES:
         return FAMILIES[base](**_overrides(base, rest[:-1]))

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -12,11 +13,12 @@ from ..config import Settings
 from ..embed.base import Embedder, embed_query
 from ..embed.cached import embed_texts_cached
 from ..errors import CuememError
+from ..index.budget import pack
 from ..index.live import IndexCache
 from ..index.tokens import TokenCounter
 from ..llm.client import LLMClient
 from ..store.base import DerivedSpec, Store
-from ..types import Hit, Namespace, Turn
+from ..types import Answer, Hit, Namespace, Retrieval, Turn
 from .structure import hit_text
 
 
@@ -116,9 +118,25 @@ def variant_name(name: str, overrides: dict[str, object]) -> str:
     return name + "[" + ",".join(f"{k}={v}" for k, v in sorted(overrides.items())) + "]"
 
 
+Reader = Callable[..., Answer]  # cuemem.answer.read: (client, question, retrieval, *, now, abstain, notes)
+
+
 @runtime_checkable
 class Engine(Protocol):
-    """`ingest` must be idempotent (re-ingesting a turn changes nothing) and a function of the log alone (the
+    """What any engine must have: a name, `ingest` and `retrieve` (a plugin may have only these; Memory wraps
+    it in `PluginEngine`, which supplies the other hooks' defaults). Built-in engines subclass `BaseEngine`."""
+
+    name: str
+
+    def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None: ...
+
+    def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]: ...
+
+
+class BaseEngine(ABC):
+    """The engine contract with its optional hooks' defaults (docs/design.md promise 6).
+
+    `ingest` must be idempotent (re-ingesting a turn changes nothing) and a function of the log alone (the
     same turns in the same order give the same derived state, however they are batched): the store may replay
     turns after a crash or a delete. `retrieve` returns hits best first; Memory packs them into the budget.
     `derived` declares the engine's item spaces and what a delete does to them (store/base.py, DerivedSpec).
@@ -126,11 +144,138 @@ class Engine(Protocol):
     per embedding model and a new model re-embeds from the log."""
 
     name: str
-    uses_embedder: bool
+    uses_embedder: bool = False
 
     @property
-    def derived(self) -> DerivedSpec: ...
+    def uses_llm(self) -> bool:
+        """Whether ingest calls a model (Memory then ingests in small batches and counts the calls as "ingest")."""
+        return False
 
-    def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None: ...
+    @property
+    def derived(self) -> DerivedSpec:
+        """The engine's derived state; by default none declared, so it is rebuilt from the log after any delete."""
+        return DerivedSpec(self.name, (), "rebuild")
 
-    def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]: ...
+    def prepare(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
+        """Lock-free work ahead of `ingest` (e.g. embeddings into the namespace's cache); by default none."""
+        return None
+
+    @abstractmethod
+    def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
+        """Index turns from the log (idempotent, a function of the log alone)."""
+
+    @abstractmethod
+    def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
+        """The k best hits for the query, best first."""
+
+    def answer(
+        self,
+        ctx: EngineContext,
+        client: LLMClient,
+        question: str,
+        retrieval: Retrieval,
+        *,
+        reader: Reader,
+        budget_tokens: int | None,
+        now: str | None,
+        abstain: str,
+    ) -> Answer:
+        """Answer from a retrieval: by default the hits packed into the budget and given to `reader`."""
+        packed = replace(retrieval, hits=pack(retrieval.hits, budget_tokens), budget_tokens=budget_tokens)
+        return reader(client, question, packed, now=now, abstain=abstain)
+
+    def forget(self, ctx: EngineContext) -> None:
+        """After a delete: drop derived state kept outside the store (rebuilt from the log); by default none."""
+        return None
+
+    def stats(self, ctx: EngineContext) -> Mapping[str, Any]:
+        """What the engine reports about a namespace (e.g. steps, fallbacks); by default nothing."""
+        return {}
+
+
+class PluginEngine(BaseEngine):
+    """A third-party engine that does not subclass BaseEngine, with the defaults for the hooks it lacks; any
+    other attribute (its `config`, a `profile` method) is read from the engine itself."""
+
+    def __init__(self, plugin: Engine) -> None:
+        self.plugin = plugin
+        self.name = plugin.name
+        self.uses_embedder = bool(getattr(plugin, "uses_embedder", False))
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "plugin":  # not set yet (e.g. while unpickling): never recurse
+            raise AttributeError(attr)
+        return getattr(self.plugin, attr)
+
+    @property
+    def uses_llm(self) -> bool:
+        return bool(getattr(self.plugin, "uses_llm", False))
+
+    @property
+    def derived(self) -> DerivedSpec:
+        spec = getattr(self.plugin, "derived", None)
+        return spec if isinstance(spec, DerivedSpec) else super().derived
+
+    def prepare(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
+        own = getattr(self.plugin, "prepare", None)
+        if own is not None:
+            own(ctx, turns)
+
+    def ingest(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
+        self.plugin.ingest(ctx, turns)
+
+    def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
+        return self.plugin.retrieve(ctx, query, k, budget_tokens)
+
+    def answer(
+        self,
+        ctx: EngineContext,
+        client: LLMClient,
+        question: str,
+        retrieval: Retrieval,
+        *,
+        reader: Reader,
+        budget_tokens: int | None,
+        now: str | None,
+        abstain: str,
+    ) -> Answer:
+        own = getattr(self.plugin, "answer", None)
+        if not callable(own):
+            return super().answer(
+                ctx, client, question, retrieval, reader=reader, budget_tokens=budget_tokens, now=now, abstain=abstain
+            )
+        return own(
+            ctx, client, question, retrieval, reader=reader, budget_tokens=budget_tokens, now=now, abstain=abstain
+        )
+
+    def forget(self, ctx: EngineContext) -> None:
+        own = getattr(self.plugin, "forget", None)
+        if own is not None:
+            own(ctx)
+
+    def stats(self, ctx: EngineContext) -> Mapping[str, Any]:
+        own = getattr(self.plugin, "stats", None)
+        return own(ctx) if own is not None else {}
+
+
+@runtime_checkable
+class RecordKeeper(Protocol):
+    """An engine that keeps typed records (the profile engines): Memory.profile and Memory.records read them."""
+
+    name: str
+
+    def profile(self, ctx: EngineContext, subject: str | None = None) -> Mapping[str, Any]: ...
+
+    def records(
+        self, ctx: EngineContext, query: str | None, *, types: Sequence[str] | None = None, k: int | None = None
+    ) -> list[tuple[Any, float]]: ...
+
+
+def as_engine(engine: Engine) -> BaseEngine:
+    """The engine itself when it subclasses BaseEngine, else wrapped in PluginEngine (hooks' defaults)."""
+    return engine if isinstance(engine, BaseEngine) else PluginEngine(engine)
+
+
+def unwrap(engine: Engine) -> Engine:
+    """The engine a PluginEngine wraps (whose code versions a benchmark's results), else the engine itself."""
+    return engine.plugin if isinstance(engine, PluginEngine) else engine

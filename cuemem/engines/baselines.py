@@ -16,7 +16,7 @@ import numpy as np
 from ..index.fusion import reciprocal_rank_fusion
 from ..store.base import DerivedSpec, NewItem
 from ..types import Hit, Turn
-from .base import EngineContext
+from .base import BaseEngine, EngineContext
 from .refine import refine, turn_table
 from .structure import hit_text, turn_fields, with_header_tokens
 
@@ -65,7 +65,7 @@ def index_turns(ctx: EngineContext, turns: Sequence[Turn], space: str = TURN_SPA
     )
 
 
-class TurnIndexer:
+class TurnIndexer(BaseEngine):
     """What the baselines share: one item per turn in the "turn" space, each depending on its own turn only, so a
     delete removes exactly the deleted turns' items and nothing is rebuilt."""
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -28,7 +28,7 @@ from ...index.fusion import reciprocal_rank_fusion
 from ...llm import LLMClient, LLMError
 from ...store.base import DerivedSpec, NewItem
 from ...types import Answer, Hit, Retrieval, Turn
-from ..base import EngineContext, variant_name
+from ..base import BaseEngine, EngineContext, Reader, variant_name
 from ..baselines import embed_missing, index_turns, prepare_embeddings
 from ..refine import refine, turn_table
 from ..structure import context_block, session_header
@@ -40,7 +40,6 @@ from .state import EpisodicConfig
 
 log = logging.getLogger(__name__)
 Ranked = list[tuple[int, float]]
-Reader = Callable[..., Answer]  # cuemem.answer.read: (client, question, retrieval, *, now, abstain, notes)
 
 SUMMARY_PROMPT = "Summarise this part of a conversation in one or two sentences: who talks, about what, and when."
 # System 1 is for questions that ask for one stated fact; these forms need the episode around it (time, reasons,
@@ -69,7 +68,7 @@ class Episodes:
         return [self.items[p] for p in self.windows[window]]
 
 
-class EpisodicEngine:
+class EpisodicEngine(BaseEngine):
     """E-mem: raw overlapping episodes, three-pathway routing, local evidence per window, a master that answers."""
 
     uses_embedder = True

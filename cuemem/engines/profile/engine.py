@@ -28,7 +28,7 @@ from ...index.dates import parse_timestamp
 from ...index.fusion import reciprocal_rank_fusion
 from ...store.base import DerivedSpec
 from ...types import Hit, Turn
-from ..base import EngineContext, variant_name
+from ..base import BaseEngine, EngineContext, variant_name
 from ..baselines import embed_missing, fused_ranking, index_turns, prepare_embeddings
 from ..refine import refine
 from .backends import ChromaRecords, RecordBackend, StoreRecords
@@ -53,7 +53,7 @@ PERSONAL = re.compile(
 )
 
 
-class ProfileEngine:
+class ProfileEngine(BaseEngine):
     """Typed records from rules and the model, consolidated by meaning, recency and confidence, searched beside
     the turns."""
 

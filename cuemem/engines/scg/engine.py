@@ -22,7 +22,7 @@ from ...index.fusion import reciprocal_rank_fusion
 from ...llm.base import LLMError
 from ...store.base import DerivedSpec, NewItem, text_hash
 from ...types import Hit, Turn
-from ..base import EngineContext, variant_name
+from ..base import BaseEngine, EngineContext, variant_name
 from ..baselines import prepare_embeddings, turn_document, turn_words
 from ..refine import refine, turn_table
 from ..structure import hit_text, turn_fields, with_header_tokens
@@ -54,7 +54,7 @@ class Seeds:
     free: list[str] | None = None  # unconstrained keywords, where they were generated
 
 
-class ScgEngine:
+class ScgEngine(BaseEngine):
     """SCG-MEM: turns keyed by schema concepts, recalled by spreading activation over the associative graph."""
 
     uses_embedder = True

@@ -21,7 +21,7 @@ import numpy as np
 from ...index.fusion import reciprocal_rank_fusion
 from ...store.base import DerivedSpec, NewItem
 from ...types import Hit, Turn
-from ..base import EngineContext, variant_name
+from ..base import BaseEngine, EngineContext, variant_name
 from ..baselines import prepare_embeddings, turn_document, turn_words
 from ..refine import refine, turn_table
 from ..structure import hit_text, turn_fields, with_header_tokens
@@ -45,7 +45,7 @@ class StepTable:
     entities: list[frozenset[str]]
 
 
-class StitchEngine:
+class StitchEngine(BaseEngine):
     """STITCH: steps keyed by (thematic scope, event type, entity types), retrieved by label density."""
 
     uses_embedder = True

@@ -1,0 +1,165 @@
+"""The indexer: Memory's engines, their contexts, and catching them up with the turn log.
+
+The raw turn log is committed first; each engine then catches up from its own watermark, so a crash between the
+two only delays indexing and every derived index can be rebuilt from the log (docs/design.md promise 1).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import nullcontext
+
+from .config import Settings
+from .embed.base import Embedder
+from .engines import BaseEngine, EngineContext, get_engine
+from .engines.base import RecordKeeper
+from .errors import CuememError
+from .index.live import IndexCache
+from .index.tokens import TokenCounter, default_counter
+from .llm import LLMClient
+from .store.base import Store
+from .store.caches import StoreCallCache
+from .types import Namespace
+
+log = logging.getLogger(__name__)
+
+INGEST_BATCH = 256  # turns per engine ingest call: bounds memory and gives progress bars a pulse
+MODEL_BATCH = 8  # for engines that call a model per turn: each batch holds the write lock, so keep it short
+
+
+class Indexer:
+    """One store's engines (the memory's own, plus any named per call), the contexts they run in, and the
+    catch-up of each (namespace, engine) from the log. `embedder` and `llm` create the model on first use;
+    `batches` are the turns per ingest call (INGEST_BATCH, and MODEL_BATCH for an engine that calls a model)."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        engine: BaseEngine,
+        embedder: Callable[[], Embedder],
+        llm: Callable[[], LLMClient],
+        batches: tuple[int, int] = (INGEST_BATCH, MODEL_BATCH),
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.engine = engine
+        self.engines: dict[str, BaseEngine] = {engine.name: engine}
+        self.embedder = embedder
+        self.llm = llm
+        self.batch, self.model_batch = batches
+        self.indexes = IndexCache()  # in-memory lexical indexes and engines' query-side views, per namespace
+        self.tokens: TokenCounter = default_counter()
+
+    def get(self, name: str | None) -> BaseEngine:
+        """The memory's engine (None) or the one registered as `name`, created once."""
+        if name is None:
+            return self.engine
+        if name not in self.engines:
+            self.engines[name] = get_engine(name)
+        return self.engines[name]
+
+    def caught_up(self, name: str | None, namespace: Namespace) -> tuple[BaseEngine, int]:
+        """The engine chosen (None: the memory's) and the namespace's id, after the engine caught up with its log."""
+        ns = self.store.namespace_id(namespace)
+        engine = self.get(name)
+        self.sync(engine, ns, namespace)
+        return engine, ns
+
+    def record_keeper(
+        self, name: str | None, namespace: Namespace, now: str | None = None
+    ) -> tuple[RecordKeeper, EngineContext]:
+        """The engine chosen, caught up, if it keeps typed records (a profile engine), and its context."""
+        if not isinstance(engine := self.get(name), RecordKeeper):
+            raise CuememError(f"engine {engine.name!r} keeps no records: use a profile engine (e.g. engine='profile')")
+        _, ns = self.caught_up(name, namespace)
+        return engine, self.context(ns, namespace, now=now)
+
+    def targets(self, user_id: str | None, agent_id: str | None, run_id: str | None) -> list[Namespace]:
+        """The one namespace named, or every namespace when no user_id is given."""
+        if user_id is not None:
+            return [Namespace(user_id, agent_id, run_id)]
+        return [namespace for namespace, _ in self.store.namespaces()]
+
+    def llm_for(self, ns: int) -> LLMClient:
+        """The model client for calls made on a namespace's behalf: cached in the store with that namespace's
+        turns (so every delete there forgets them), keyed with the store's salt; no cache when llm_cache=off."""
+        if self.settings.llm_cache == "off":
+            return self.llm().bound(None)
+        return self.llm().bound(StoreCallCache(self.store, ns), salt=self.store.salt)
+
+    def context(
+        self,
+        ns: int,
+        namespace: Namespace,
+        progress: Callable[[int], None] | None = None,
+        now: str | None = None,
+    ) -> EngineContext:
+        """What an engine may use for one namespace (docs/design.md promise 6); `now` dates a query."""
+        return EngineContext(
+            store=self.store,
+            ns=ns,
+            namespace=namespace,
+            settings=self.settings,
+            tokens=self.tokens,
+            indexes=self.indexes,
+            embedder_factory=self.embedder,
+            llm_factory=lambda: self.llm_for(ns),
+            progress=progress,
+            now=now,
+        )
+
+    def progress_key(self, engine: BaseEngine) -> str:
+        """Watermarks are per engine, and per embedding model for engines that embed."""
+        return f"{engine.name}@{self.embedder().name}" if engine.uses_embedder else engine.name
+
+    def pending(self, name: str | None, namespace: Namespace) -> int:
+        """How many of the namespace's turns the engine chosen (None: the memory's) has not indexed yet."""
+        engine = self.get(name)
+        ns = self.store.namespace_id(namespace)
+        return self.store.count_turns(ns, after_seq=self.store.watermark(ns, self.progress_key(engine)))
+
+    def sync(
+        self, engine: BaseEngine, ns: int, namespace: Namespace, progress: Callable[[int], None] | None = None
+    ) -> int:
+        """Feed the engine every logged turn past its watermark; returns how many turns it ingested.
+
+        One indexer per (namespace, engine) across threads and processes: each batch's watermark check, turn
+        read, engine writes and new watermark happen inside one write transaction (BEGIN IMMEDIATE), so
+        concurrent indexers take turns and a concurrent ingest equals a sequential one. The engine's `prepare`
+        (embedding, cached in the store) runs before, without the lock, so the lock is held for labelling and
+        writes only; engines that call a model per turn take small batches, so other writers wait seconds.
+        """
+        key = self.progress_key(engine)
+        if self.store.watermark(ns, key) >= self.store.last_seq(ns):
+            return 0  # caught up: a read, no lock taken
+        if self.store.read_only:
+            log.warning(
+                "%s has not indexed every turn of (%s) and the store is open read-only: results cover what is indexed",
+                engine.name,
+                namespace,
+            )
+            return 0
+        self.store.declare(engine.derived)
+        ctx = self.context(ns, namespace, progress)
+        uses_llm = engine.uses_llm
+        size = self.model_batch if uses_llm else self.batch
+        done = 0
+        while True:
+            # lock-free work first (embeddings into the namespace's cache); the batch is read again under the lock
+            ahead = list(self.store.iter_turns(ns, after_seq=self.store.watermark(ns, key), limit=size))
+            if not ahead:
+                return done
+            engine.prepare(ctx, ahead)
+            # model calls made while indexing count as "ingest", whether turns arrive by add or are caught up
+            with self.store.transaction(), self.llm().stage("ingest") if uses_llm else nullcontext():
+                batch = list(self.store.iter_turns(ns, after_seq=self.store.watermark(ns, key), limit=size))
+                if batch:
+                    engine.ingest(ctx, batch)
+                    self.store.set_watermark(ns, key, max(t.seq or 0 for t in batch))
+            if not batch:
+                return done
+            done += len(batch)
+            if progress:
+                progress(len(batch))
