@@ -217,3 +217,16 @@ def test_no_import_runs_upward():
         if layer_of(a) is not None and layer_of(b) is not None and layer_of(b) > layer_of(a)  # type: ignore[operator]
     )
     assert not upward, "imports that run upward through the layers:\n" + "\n".join(upward)
+
+
+MAX_LINES = 600  # issue 32: small focused modules
+
+
+def test_no_module_is_over_600_lines():
+    """Every module under cuemem/ stays within MAX_LINES lines (split a longer one by concept)."""
+    long = sorted(
+        f"{path.relative_to(PACKAGE.parent)}: {lines} lines"
+        for path in PACKAGE.rglob("*.py")
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    )
+    assert not long, f"modules over {MAX_LINES} lines:\n" + "\n".join(long)
