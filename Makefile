@@ -23,10 +23,14 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 	$(VENV)/bin/cuemem models fetch embeddinggemma
 	$(VENV)/bin/cuemem models fetch qwen2.5-coder-0.5b
+	# The local models' one-time conversion (GGUF to a cached safetensors copy: minutes on a loaded machine), here
+	# rather than inside the first answer or test; a no-op once done.
+	$(PY) -c 'from cuemem.llm.local import prepare; prepare()'
 
 demo: setup
 	$(VENV)/bin/cuemem demo
 
+# The suite on every core (pytest-xdist; pyproject's addopts), failing when any test fails.
 test: setup lint
 	$(PY) -m pytest -q
 
