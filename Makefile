@@ -30,9 +30,10 @@ setup: $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/cuemem demo
 
-# The suite on every core (pytest-xdist; pyproject's addopts), failing when any test fails.
+# The suite on every core (pytest-xdist, at most 4 workers: each loads its own models and PostgreSQL); tests
+# marked xdist_group run on one worker together. Fails when any test fails.
 test: setup lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadgroup
 
 # The optional larger reader (MODELS.md); best run with llama.cpp (README).
 models: setup

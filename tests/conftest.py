@@ -25,6 +25,15 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 for _var in [v for v in os.environ if v.startswith("CUEMEM_")]:
     del os.environ[_var]
+# Under pytest-xdist (`make test`) the workers share the cores: each process's torch and BLAS thread pools get
+# their share (one thread each for 2 workers on 2 cores), set before numpy or torch is imported and inherited by
+# the processes a test starts. Pools larger than the cores left to them spin on each other: on a loaded 2-core
+# machine a 16-token answer of the shipped model took 35 s on 2 threads and 10 s on 1 (issue 32).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+if _WORKERS > 1:
+    _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, str(max(1, _CORES // _WORKERS)))
 
 from fakes import fake_llm  # noqa: E402
 
@@ -34,6 +43,21 @@ from cuemem.engines import available_engines  # noqa: E402
 
 # The engine registry: every suite parametrised over ENGINES covers engines registered later too.
 ENGINES = sorted(available_engines())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Convert the local models once, before any test starts (and in the main process only, before pytest-xdist
+    starts its workers): `make setup` does it already, and then this only checks that the copies are there. A test
+    must never pay the one-time conversion (minutes on a loaded machine) inside its timeout."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    try:
+        from cuemem.llm.local import prepare
+
+        prepare()
+    except Exception as exc:  # a failing conversion fails the tests that need the model, with its own message
+        print(f"conftest: the local models were not converted ahead: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- both stores
