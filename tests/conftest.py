@@ -114,6 +114,7 @@ class PG:
             conn.execute("ALTER SYSTEM SET fsync = off")
             conn.execute("ALTER SYSTEM SET full_page_writes = off")
             conn.execute("SELECT pg_reload_conf()")
+            conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}"')  # one left by a crashed run in a reused folder
             conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
         from cuemem.store import open_store
 
