@@ -23,12 +23,17 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 	$(VENV)/bin/cuemem models fetch embeddinggemma
 	$(VENV)/bin/cuemem models fetch qwen2.5-coder-0.5b
+	# The local models' one-time conversion (GGUF to a cached safetensors copy: minutes on a loaded machine), here
+	# rather than inside the first answer or test; a no-op once done.
+	$(PY) -c 'from cuemem.llm.local import prepare; prepare()'
 
 demo: setup
 	$(VENV)/bin/cuemem demo
 
+# The suite on every core (pytest-xdist, at most 4 workers: each loads its own models and PostgreSQL); tests
+# marked xdist_group run on one worker together. Fails when any test fails.
 test: setup lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadgroup
 
 # The documentation site (docs/, mkdocs.yml) into site/; warnings are errors.
 docs: setup

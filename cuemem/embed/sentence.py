@@ -29,6 +29,25 @@ def _quiet_offline() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
+# One model per folder and device in a process: embedders of the same model (one per Memory, per server settings,
+# per test) share it instead of loading it again (seconds, and its size in memory, each time). Keyed by the
+# folder's files (name, size, mtime), so a replaced copy reloads; a failed load is not kept.
+_LOADED: dict[tuple[Any, ...], Any] = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def _load_shared(loader: Callable[..., Any], path: Path, device: str) -> Any:
+    """The sentence-transformers model in `path` on `device`, loaded once per process."""
+    folder = path.resolve()
+    files = sorted(f for f in folder.iterdir() if f.is_file()) if folder.is_dir() else []
+    key = (loader, str(folder), device, *((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+    with _LOADED_LOCK:
+        if key not in _LOADED:
+            # trust_remote_code stays off: a folder's own code never runs.
+            _LOADED[key] = loader(str(folder), device=device, local_files_only=True)
+        return _LOADED[key]
+
+
 class SentenceTransformerEmbedder:
     """A sentence-transformers folder on CPU, offline; loads lazily on the first call.
 
@@ -76,8 +95,7 @@ class SentenceTransformerEmbedder:
                 if self._on_load is not None:
                     self._on_load()
                 try:
-                    # trust_remote_code stays off: a folder's own code never runs.
-                    self._model = SentenceTransformer(str(path), device=self.device, local_files_only=True)
+                    self._model = _load_shared(SentenceTransformer, Path(path), self.device)
                 except (OSError, ValueError, RuntimeError) as exc:
                     raise EmbeddingError(f"cannot load the embedding model at {path}: {exc}") from exc
         return self._model

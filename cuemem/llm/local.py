@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import json
 import logging
 import math
@@ -112,6 +113,24 @@ def model_label(model: str = "") -> tuple[str, str]:
     return (MODEL_NAME, DECODING) if spec.shipped else (spec.name, "greedy")
 
 
+def prepare(models: tuple[str, ...] = ("smollm2-135m", DEFAULT_MODEL)) -> list[Path]:
+    """Convert the local models that are installed or fetched, once, ahead of their first use (`make setup`): the
+    conversion takes minutes on a loaded machine and must not happen inside a request or a test. A model that is
+    not there is skipped (it fails clearly on first use instead); returns the converted folders."""
+    done: list[Path] = []
+    for name in models:
+        try:
+            model = resolve_local_model(name)
+        except LLMUnavailableError as exc:
+            log.info("not converting %s: %s", name, exc)
+            continue
+        if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
+            log.info("not converting %s: torch and transformers are not installed", name)
+            continue
+        done.append(converted_model_dir(model))
+    return done
+
+
 def converted_model_dir(model: LocalModel | None = None) -> Path:
     """A safetensors copy of the de-quantised GGUF, made once (atomically, so concurrent first loads are safe)."""
     model = model or resolve_local_model()
@@ -143,8 +162,48 @@ def converted_model_dir(model: LocalModel | None = None) -> Path:
     return target
 
 
+# One tokenizer and model per converted folder in a process: backends of the same model (one per Memory, per
+# server settings, per test) share its weights and the lock that runs it, instead of loading it again (seconds,
+# and its size in memory, each time). Keyed by the folder's files (name, size, mtime), so a replaced copy reloads.
+_LOADED: dict[tuple[Any, ...], tuple[Any, Any, threading.RLock]] = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def _load_shared(path: Path) -> tuple[Any, Any, threading.RLock]:
+    """(tokenizer, model, lock) of a converted folder, loaded once per process; failures are not kept."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = path.resolve()
+    files = sorted(folder.iterdir()) if folder.is_dir() else []
+    key = (str(folder), *((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()))
+    with _LOADED_LOCK:
+        if key not in _LOADED:
+            tokenizer = AutoTokenizer.from_pretrained(str(folder))
+            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+            _LOADED[key] = (tokenizer, model, threading.RLock())
+        return _LOADED[key]
+
+
+def _cache_argument(model: Any) -> str:
+    """The name under which the model's forward takes its key/value cache: `cache` since transformers 5.2x
+    (`past_key_values` is deprecated there, a FutureWarning on every call), `past_key_values` before."""
+    forward = getattr(model, "forward", None)
+    try:
+        parameters = inspect.signature(forward).parameters if forward is not None else {}
+    except (TypeError, ValueError):
+        parameters = {}
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def _cache_of(output: Any) -> Any:
+    """The key/value cache a forward call returned (`cache`, or `past_key_values` before transformers 5.2x)."""
+    cache = output.get("cache")
+    return cache if cache is not None else output.past_key_values
+
+
 class LocalBackend:
-    """transformers + torch on CPU; loads on first use."""
+    """transformers + torch on CPU; loads on first use (once per process and model: see _load_shared)."""
 
     def __init__(self, model_dir: str | Path | None = None, *, model: str = "") -> None:
         """`model`: a registry name or GGUF path (default DEFAULT_MODEL); `model_dir`: an already converted
@@ -154,7 +213,9 @@ class LocalBackend:
         label, self.decoding = model_label(model)
         where = f"@{self._model_dir}" if self._model_dir else ""
         self.name = f"local:{label}{where}[{self.decoding}]"
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # loading
+        self._run_lock = self._lock  # running: the lock shared by every backend of the loaded model
+        self._cache_arg = ""
         self._model: Any = None
         self._tokenizer: Any = None
         self._masks: dict[str, Any] = {}
@@ -167,8 +228,7 @@ class LocalBackend:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
             try:
-                import torch
-                from transformers import AutoModelForCausalLM, AutoTokenizer
+                import torch  # noqa: F401  (torch and transformers are what loading needs)
                 from transformers.utils import logging as hf_logging
             except ImportError as exc:
                 raise LLMUnavailableError("torch and transformers are needed: pip install 'cuemem[local]'") from exc
@@ -177,8 +237,7 @@ class LocalBackend:
             hf_logging.disable_progress_bar()
             try:
                 path = self._model_dir or converted_model_dir(resolve_local_model(self._wanted))
-                self._tokenizer = AutoTokenizer.from_pretrained(str(path))
-                self._model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+                self._tokenizer, self._model, self._run_lock = _load_shared(path)
             except LLMUnavailableError:
                 raise
             except (OSError, ValueError, ImportError, RuntimeError, SafetensorError) as exc:
@@ -189,6 +248,12 @@ class LocalBackend:
             end = self._tokenizer.convert_tokens_to_ids("<|im_end|>")
             unknown = self._tokenizer.unk_token_id
             self.end_id = end if isinstance(end, int) and end != unknown else self._tokenizer.eos_token_id
+
+    def _with_cache(self, cache: Any) -> dict[str, Any]:
+        """The keyword arguments that continue a forward pass from `cache` (see _cache_argument)."""
+        if not self._cache_arg:
+            self._cache_arg = _cache_argument(self._model)
+        return {self._cache_arg: cache, "use_cache": True}
 
     @property
     def tokenizer(self) -> Any:
@@ -207,7 +272,7 @@ class LocalBackend:
         """Hold the model (lock, inference mode); torch's runtime failures while `what` (out of memory, a failing
         kernel) become LLMUnavailableError. Other exceptions (a TypeError, an IndexError ...) are bugs and pass."""
         torch = self._torch()
-        with self._lock, torch.inference_mode():
+        with self._run_lock, torch.inference_mode():
             try:
                 yield
             except RuntimeError as exc:
@@ -260,7 +325,7 @@ class LocalBackend:
         finished: list[tuple[float, int]] = []
         with self._running("choosing"):
             out = self._model(torch.tensor([prompt]), use_cache=True)
-            cache = out.past_key_values
+            cache = _cache_of(out)
             logprobs = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
             beams: list[tuple[float, Node]] = [(0.0, trie.root)]
             rows = logprobs.unsqueeze(0)
@@ -287,8 +352,8 @@ class LocalBackend:
                     cache.batch_repeat_interleave(len(open_next))
                 else:
                     cache.reorder_cache(parents)
-                step = self._model(torch.tensor([[c[2]] for c in open_next]), past_key_values=cache, use_cache=True)
-                cache = step.past_key_values
+                step = self._model(torch.tensor([[c[2]] for c in open_next]), **self._with_cache(cache))
+                cache = _cache_of(step)
                 rows = torch.log_softmax(step.logits[:, -1].float(), dim=-1)
                 beams = [(c[0], c[3]) for c in open_next]
         chosen = [Choice(options[i], lp) for lp, i in finished[:k]]
@@ -405,7 +470,7 @@ class LocalBackend:
         out: list[int] = []
         with self._running("generating a JSON value"):
             result = self._model(torch.tensor([ids]), use_cache=True)
-            cache = result.past_key_values
+            cache = _cache_of(result)
             logits = result.logits[0, -1].float()
             for _ in range(max_tokens):
                 best_any = int(torch.argmax(logits))
@@ -414,8 +479,8 @@ class LocalBackend:
                 allowed = logits.masked_fill(~mask, -math.inf)
                 token = int(torch.argmax(allowed))
                 out.append(token)
-                result = self._model(torch.tensor([[token]]), past_key_values=cache, use_cache=True)
-                cache = result.past_key_values
+                result = self._model(torch.tensor([[token]]), **self._with_cache(cache))
+                cache = _cache_of(result)
                 logits = result.logits[0, -1].float()
         return self.tokenizer.decode(out), Usage(len(ids), len(out))
 
