@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from .indexer import Indexer
+from .store.base import Store
 from .types import Namespace
 
 
@@ -15,8 +16,12 @@ class Forgetting:
 
     def __init__(self, indexer: Indexer) -> None:
         self.indexer = indexer
-        self.store = indexer.store
         self.listeners: list[Callable[[Namespace], None]] = []
+
+    @property
+    def store(self) -> Store:
+        """The indexer's store (see Intake.store)."""
+        return self.indexer.store
 
     def forget(self, ns: int, namespace: Namespace) -> None:
         """Tell the engine a namespace lost turns, for derived state kept outside the store (the profile engine's

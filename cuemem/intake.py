@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import CuememError, InvalidTurnError
 from .indexer import Indexer
-from .store.base import AppendResult
+from .store.base import AppendResult, Store
 from .types import Namespace, Turn
 
 Message = str | bytes | Mapping[str, Any] | Turn
@@ -35,7 +35,11 @@ class Intake:
 
     def __init__(self, indexer: Indexer) -> None:
         self.indexer = indexer
-        self.store = indexer.store
+
+    @property
+    def store(self) -> Store:
+        """The indexer's store: one attribute, so a Memory whose store is replaced writes to the new one."""
+        return self.indexer.store
 
     def add(
         self,

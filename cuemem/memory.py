@@ -1,10 +1,9 @@
 """Memory: add / search / get / delete / export / import / history / reindex — the public face of cuemem.
 
-The raw turn log is committed first (that is the acknowledgement); engines then catch up from a per-engine
-watermark, so a crash between the two only delays indexing, and every derived index can be rebuilt from the
-log (docs/design.md promise 1). Memory composes its parts: the indexer (engines, contexts, catch-up), the intake
-(validation, the log, then the engine), transfer (export, import, files) and forgetting (deletes, reindex).
-"""
+The raw turn log is committed first (the acknowledgement); engines then catch up from a per-engine watermark, so a
+crash between the two only delays indexing, and every derived index can be rebuilt from the log (docs/design.md
+promise 1). Memory composes its parts: the indexer (engines, contexts, catch-up), the intake (validation, the log,
+then the engine), transfer (export, import, files) and forgetting (deletes, reindex)."""
 
 from __future__ import annotations
 
@@ -57,17 +56,15 @@ class Memory:
         name = instance.name if instance is not None else engine if isinstance(engine, str) else None
         # a copy of the caller's settings, never the caller's own: `path` and `engine` replace its db and engine
         self.settings = replace(settings) if settings is not None else Settings.load(db=path, engine=name, **overrides)
-        if settings is not None and path is not None:
-            self.settings.db = as_target(path)
-        if settings is not None and name is not None:
-            self.settings.engine = name
-        self.store: Store = open_store(self.settings.db, read_only=read_only)
+        self.settings.db = as_target(path) if settings is not None and path is not None else self.settings.db
+        self.settings.engine = name if settings is not None and name is not None else self.settings.engine
+        store: Store = open_store(self.settings.db, read_only=read_only)
         self.engine: BaseEngine = instance if instance is not None else get_engine(self.settings.engine)
         self._embedder = embedder
         self._llm = llm
         # the batch sizes are read here, so that setting cuemem.memory.INGEST_BATCH sizes a new Memory's batches
         self._indexer = Indexer(
-            self.store, self.settings, self.engine, lambda: self.embedder, lambda: self.llm, (INGEST_BATCH, MODEL_BATCH)
+            store, self.settings, self.engine, lambda: self.embedder, lambda: self.llm, (INGEST_BATCH, MODEL_BATCH)
         )
         self.indexes = self._indexer.indexes  # in-memory lexical indexes and engines' query-side views
         self.tokens = self._indexer.tokens
@@ -76,6 +73,15 @@ class Memory:
         self._forgetting = Forgetting(self._indexer)
 
     # ------------------------------------------------------------------ plumbing
+    @property
+    def store(self) -> Store:
+        """The durable store; held once, by the indexer, which every part reads it through."""
+        return self._indexer.store
+
+    @store.setter
+    def store(self, store: Store) -> None:
+        self._indexer.store = store
+
     def close(self) -> None:
         self.store.close()
 
@@ -130,16 +136,12 @@ class Memory:
         on_error: str = "raise",
         progress: Callable[[int], None] | None = None,
     ) -> AddResult:
-        """Store turns in the namespace and index them with the engine.
-
-        `messages` is a string, a dict ({"role"|"speaker", "content"|"text", "id"?, "timestamp"?, "metadata"?,
-        "session_id"?}), a Turn, or a list of these. A message without an id gets a deterministic one from its
-        session, speaker, text, timestamp and its repeat count within this call, so retrying the same add is a
-        no-op; the flip side is that an identical id-less message in a later call (same session, speaker, text
-        and timestamp) is taken for a retry and skipped: give ids or timestamps to store true repeats. With
-        on_error="raise" (default) any invalid message raises InvalidTurnError and nothing is written; with
-        "skip" the valid ones are stored and the rest reported in `AddResult.rejected`.
-        """
+        """Store turns in the namespace and index them with the engine. `messages`: a string, a dict ({"role"|"speaker",
+        "content"|"text", "id"?, "timestamp"?, "metadata"?, "session_id"?}), a Turn, or a list of these. An id-less
+        message gets a deterministic id (session, speaker, text, timestamp, repeat count in this call), so a retried
+        add is a no-op, and an identical id-less message in a later call is taken for a retry: give ids or timestamps
+        to store true repeats. on_error="raise" (default): an invalid message raises InvalidTurnError and nothing is
+        written; "skip": the valid ones are stored and the rest reported in `AddResult.rejected`."""
         return self._intake.add(messages, (user_id, agent_id, run_id), session_id, timestamp, on_error, progress)
 
     # ------------------------------------------------------------------ reading

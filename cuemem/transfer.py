@@ -13,6 +13,7 @@ from typing import IO, Any
 from .errors import CuememError, ImportFormatError
 from .formats import ImportReport, count_lines, file_lines, iter_jsonl, iter_locomo_turns, read_locomo, sniff_format
 from .intake import Intake
+from .store.base import Store
 from .types import Namespace
 
 # (label, total) -> a context yielding advance(n): how long file ingestion shows progress (the CLI passes a bar).
@@ -24,8 +25,12 @@ class Transfer:
 
     def __init__(self, intake: Intake) -> None:
         self.intake = intake
-        self.store = intake.store
         self.indexer = intake.indexer
+
+    @property
+    def store(self) -> Store:
+        """The indexer's store (see Intake.store)."""
+        return self.indexer.store
 
     def export(self, out: IO[str], namespaces: Iterable[Namespace]) -> int:
         """Memory.export: each namespace's log as JSONL lines, one turn a line; returns how many."""
