@@ -134,6 +134,9 @@ def collect(
             "runs": {},
             "engines": {},
         }
+        if path.exists():  # a replaced file keeps its place and wording in BENCHMARKS.md
+            kept = json.loads(path.read_text(encoding="utf-8"))
+            data.update({k: kept[k] for k in ("section", "order", "heading", "title") if k in kept})
     run_id = run_id or _next_id(data["runs"])
     data["runs"][run_id] = run
     for engine, value in chosen.items():

@@ -136,6 +136,14 @@ def test_collect_turns_a_bench_directory_into_a_result_file(tmp_path: Path) -> N
     assert set(merged["runs"]) == {"r1", "r2"} and merged["runs"]["r2"]["command"] == "again"
     assert merged["engines"]["hybrid"]["run"] == "r2" and merged["engines"]["bm25"]["run"] == "r1"
 
+    # a new run replacing the file (no --merge) keeps the file's place and wording in BENCHMARKS.md
+    merged |= {"order": 10, "title": "Our own words", "heading": "LoCoMo test"}
+    path.write_text(json.dumps(merged))
+    reference.collect(bench, "retrieval-locomo-test", "third", results_dir=results, date="2026-12-02", commit="0")
+    replaced = json.loads(path.read_text())
+    assert set(replaced["runs"]) == {"r1"} and replaced["runs"]["r1"]["command"] == "third"
+    assert (replaced["order"], replaced["title"], replaced["heading"]) == (10, "Our own words", "LoCoMo test")
+
 
 def test_collect_marks_answer_runs_and_renders_their_scores(tmp_path: Path) -> None:
     path = reference.collect(
