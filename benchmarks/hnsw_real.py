@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from data_paths import LONGMEMEVAL_S, add_datasets_option, apply_datasets_option, dataset_file
-from scale import RECALL_TARGET, split_of
+from scale_data import RECALL_TARGET, split_of
 
 CHUNK = 8192
 SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
