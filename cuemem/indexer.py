@@ -145,13 +145,15 @@ class Indexer:
         ctx = self.context(ns, namespace, progress)
         uses_llm = engine.uses_llm
         size = self.model_batch if uses_llm else self.batch
+        prepares = type(engine).prepare is not BaseEngine.prepare  # no read-ahead for engines with nothing to do
         done = 0
         while True:
             # lock-free work first (embeddings into the namespace's cache); the batch is read again under the lock
-            ahead = list(self.store.iter_turns(ns, after_seq=self.store.watermark(ns, key), limit=size))
-            if not ahead:
-                return done
-            engine.prepare(ctx, ahead)
+            if prepares:
+                ahead = list(self.store.iter_turns(ns, after_seq=self.store.watermark(ns, key), limit=size))
+                if not ahead:
+                    return done
+                engine.prepare(ctx, ahead)
             # model calls made while indexing count as "ingest", whether turns arrive by add or are caught up
             with self.store.transaction(), self.llm().stage("ingest") if uses_llm else nullcontext():
                 batch = list(self.store.iter_turns(ns, after_seq=self.store.watermark(ns, key), limit=size))
