@@ -119,6 +119,9 @@ class Settings:
     llm_cache: str = ""  # the call cache's SQLite file; "" = user cache dir, "off" = no cache
     answer_budget: int = 1024  # tokens of retrieved context the reader sees
     datasets: Path = Path("datasets")  # benchmark data (`cuemem bench`); relative to the working directory
+    # The engines a `cuemem serve` request may name besides `engine`, comma-separated: "" = every registered engine
+    # by its name (no "name[field=value]" variants), "*" = any engine or variant (`cuemem serve --allow-engine`).
+    allowed_engines: str = ""
 
     def __post_init__(self) -> None:
         for name in ("embed_batch_size", "max_turn_bytes", "rrf_k", "k", "llm_concurrency", "answer_budget"):

@@ -7,6 +7,8 @@ two only delays indexing and every derived index can be rebuilt from the log (do
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import nullcontext
 
@@ -26,6 +28,7 @@ log = logging.getLogger(__name__)
 
 INGEST_BATCH = 256  # turns per engine ingest call: bounds memory and gives progress bars a pulse
 MODEL_BATCH = 8  # for engines that call a model per turn: each batch holds the write lock, so keep it short
+MAX_NAMED_ENGINES = 16  # engines named per call kept at once besides the memory's own (least recently used out)
 
 
 class Indexer:
@@ -45,7 +48,8 @@ class Indexer:
         self.store = store
         self.settings = settings
         self.engine = engine
-        self.engines: dict[str, BaseEngine] = {engine.name: engine}
+        self.engines: OrderedDict[str, BaseEngine] = OrderedDict({engine.name: engine})
+        self._engines_lock = threading.Lock()
         self.embedder = embedder
         self.llm = llm
         self.batch, self.model_batch = batches
@@ -56,9 +60,13 @@ class Indexer:
         """The memory's engine (None) or the one registered as `name`, created once."""
         if name is None:
             return self.engine
-        if name not in self.engines:
-            self.engines[name] = get_engine(name)
-        return self.engines[name]
+        with self._engines_lock:
+            chosen = self.engines.pop(name, None) or get_engine(name)
+            self.engines[name] = chosen  # the most recently used last
+            while len(self.engines) > MAX_NAMED_ENGINES + 1:  # bounded, however many names callers try
+                oldest = next(n for n in self.engines if n != self.engine.name)
+                del self.engines[oldest]
+        return chosen
 
     def caught_up(self, name: str | None, namespace: Namespace) -> tuple[BaseEngine, int]:
         """The engine chosen (None: the memory's) and the namespace's id, after the engine caught up with its log."""

@@ -79,6 +79,7 @@ BOTH_STORES = {
     "test_episodic",
     "test_profile",
     "test_store_contract",
+    "test_fair_serving",
 }
 _ACTIVE = {"kind": "sqlite"}
 # A database holding an empty cuemem store, made once per PostgreSQL server: each store a test opens for writing

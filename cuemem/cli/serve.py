@@ -102,6 +102,19 @@ def serve(
     max_turns: Annotated[int, typer.Option(help="Most messages in one POST /v1/memories.")] = 500,
     rate: Annotated[float, typer.Option(help="Requests per second per key (0: unlimited).")] = 20.0,
     burst: Annotated[int, typer.Option(help="Requests a key may make at once before the rate applies.")] = 40,
+    allow_engine: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An engine requests may name (repeat it; '*' for any, variants included). Default: the setting"
+            " allowed_engines, else every registered engine by name."
+        ),
+    ] = None,
+    model_workers: Annotated[int, typer.Option(help="Answers, chats and model-mode searches run at once.")] = 1,
+    model_queue: Annotated[int, typer.Option(help="More of them that may wait (past it: 503).")] = 4,
+    model_per_key: Annotated[int, typer.Option(help="One key's of them, running or waiting (past it: 429).")] = 2,
+    memory_workers: Annotated[int, typer.Option(help="Other memory requests run at once.")] = 8,
+    memory_queue: Annotated[int, typer.Option(help="More of them that may wait (past it: 503).")] = 32,
+    memory_per_key: Annotated[int, typer.Option(help="One key's of them, running or waiting (past it: 429).")] = 4,
     mcp: Annotated[bool, typer.Option("--mcp/--no-mcp", help="Serve MCP (streamable HTTP) at /mcp.")] = True,
     agent_policy: Annotated[str, typer.Option(help="The chat agent's tool choice: guided, model, rules.")] = "guided",
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
@@ -115,9 +128,30 @@ def serve(
     ring = _keyring(keys_file)
     if not ring.live():
         say(f"no API keys yet in {ring.path}: create one with `cuemem keys create --user-id U`", to=err, style="yellow")
-    limits = Limits(max_body_bytes=max_body_bytes, max_turns=max_turns, rate=rate, burst=burst)
+    limits = Limits(
+        max_body_bytes=max_body_bytes,
+        max_turns=max_turns,
+        rate=rate,
+        burst=burst,
+        model_workers=model_workers,
+        model_queue=model_queue,
+        model_per_key=model_per_key,
+        memory_workers=memory_workers,
+        memory_queue=memory_queue,
+        memory_per_key=memory_per_key,
+    )
     memory = open_memory()
-    application = create_app(memory, ring, limits, files_root=files, mcp=mcp, host=host, agent_policy=agent_policy)
+    allowed = allow_engine or [e.strip() for e in memory.settings.allowed_engines.split(",") if e.strip()] or None
+    application = create_app(
+        memory,
+        ring,
+        limits,
+        files_root=files,
+        mcp=mcp,
+        host=host,
+        agent_policy=agent_policy,
+        allowed_engines=allowed,
+    )
     where = display_target(memory.settings.db)
     say(f"cuemem serving {where} (engine {memory.engine.name}) on http://{host}:{port}/", to=err)
     try:

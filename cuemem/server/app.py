@@ -9,7 +9,7 @@ otherwise). Library calls run in the server's thread pool, off the event loop: r
 serialised per namespace.
 """
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -46,16 +46,23 @@ def create_app(
     mcp: bool = True,
     host: str = "127.0.0.1",
     agent_policy: str = "guided",
+    allowed_engines: Sequence[str] | None = None,
 ) -> FastAPI:
     """The FastAPI app serving `memory`: REST under /v1, /healthz, /metrics, the browser page at /, and the MCP
     server (streamable HTTP) at /mcp/ when the `mcp` SDK is installed. `host`, the address served, sets the MCP
-    endpoint's DNS-rebinding protection (loopback: only local Host/Origin headers)."""
+    endpoint's DNS-rebinding protection (loopback: only local Host/Origin headers). `allowed_engines`: the engines
+    a request may name (None: every registered engine by its name; "*": any, variants included)."""
     from ..agent.loop import POLICIES
 
     if agent_policy not in POLICIES:
         raise ValueError(f"unknown agent policy {agent_policy!r}: choose {', '.join(POLICIES)}")
     state = ServerState(
-        memory=memory, keys=keys, limits=limits or Limits(), files_root=files_root, agent_policy=agent_policy
+        memory=memory,
+        keys=keys,
+        limits=limits or Limits(),
+        files_root=files_root,
+        agent_policy=agent_policy,
+        allowed_engines=tuple(allowed_engines) if allowed_engines is not None else None,
     )
     mcp_app = _mcp_app(state, host) if mcp else None
 

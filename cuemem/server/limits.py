@@ -20,6 +20,14 @@ class Limits:
     max_query_chars: int = 4_000
     rate: float = 20.0  # requests per second per key, sustained (0: no rate limit)
     burst: int = 40  # requests a key may make at once before the rate applies
+    # Fair sharing (fairness.py): answers, chat and model-mode searches run in the model lane, other /v1 and MCP
+    # requests in the memory lane; each lane runs `workers` at once, lets `queue` more wait, `per_key` of one key's.
+    model_workers: int = 1
+    model_queue: int = 4
+    model_per_key: int = 2
+    memory_workers: int = 8
+    memory_queue: int = 32
+    memory_per_key: int = 4
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The server's ASGI middleware, written once: a base that lets what is not HTTP pass and answers a refusal in the one
-error shape, and its two uses (issue 17; docs/design.md layout, `server/`): the body-size limit with the request
-metrics around the whole app, and the API-key gate of the MCP endpoint at /mcp/.
+error shape, and its two uses (issue 17; docs/design.md layout, `server/`): the body-size limit, fair sharing and
+the request metrics around the whole app, and the API-key gate of the MCP endpoint at /mcp/.
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from contextlib import AsyncExitStack
 from typing import Any
+from urllib.parse import parse_qs
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -51,7 +53,8 @@ class Middleware:
 
 
 class LimitsAndMetrics(Middleware):
-    """Refuses bodies over the limit (413, before the route reads them) and counts every request by route."""
+    """Refuses bodies over the limit (413, before the route reads them), admits memory work to its lane (429/503
+    at once past the key's share or the lane's bound: fairness.py) and counts every request by route."""
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve the request within its body limit, answer an unhandled error with a 500, count it either way."""
@@ -84,7 +87,16 @@ class LimitsAndMetrics(Middleware):
             await send(message)
 
         try:
-            await self.app(scope, counted_receive, tracked_send)
+            async with AsyncExitStack() as stack:
+                lane = self._lane(scope, headers)
+                if lane is not None:
+                    try:
+                        await stack.enter_async_context(lane[0].admitted(lane[1]))
+                    except ApiError as exc:
+                        status["code"] = exc.status
+                        await self.refuse(scope, receive, send, exc)
+                        return
+                await self.app(scope, counted_receive, tracked_send)
         except Exception:
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
             if not status["started"]:
@@ -92,6 +104,20 @@ class LimitsAndMetrics(Middleware):
                 await self.refuse(scope, receive, send, ApiError(500, "internal", INTERNAL))
         finally:
             self._count(scope, int(status["code"]), start)
+
+    def _lane(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[Any, str] | None:
+        """The lane of a request whose key is valid, and the key's share in it; None outside the lanes or without
+        a valid key (the app refuses that one with a 401 at once)."""
+        path = str(scope.get("path", ""))
+        engine = None
+        if path == "/v1/memories/search":
+            engine = (parse_qs(scope.get("query_string", b"").decode("latin-1")).get("engine") or [None])[0]
+        lane = self.state.lane_for(str(scope.get("method", "")), path, engine)
+        if lane is None:
+            return None
+        text = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers.items()}
+        key = self.state.keys.verify(token_of(text))
+        return (lane, "k:" + key.id) if key is not None else None
 
     def _count(self, scope: Scope, code: int, start: float) -> None:
         """Count the request and its latency by method, route template and status (never ids or text)."""

@@ -2,7 +2,9 @@
 (issue 17; docs/design.md layout, `server/`).
 
 Writes are serialised per namespace by a striped lock (a bounded set of locks, however many users); reads run side
-by side. A conversation's agent is kept for its recent turns and forgotten with any delete in its namespace.
+by side. Memory work is shared fairly between keys in bounded lanes (fairness.py), and a request may name only the
+engines the server allows (`allowed_engines`), so no key can make the server build state without bound. A
+conversation's agent is kept for its recent turns and forgotten with any delete in its namespace.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from ..memory import Memory
 from ..types import Namespace
 from .errors import ApiError
+from .fairness import Lane
 from .keys import ApiKey, KeyRing
 from .limits import Limits, RateLimiter
 from .metrics import Registry
@@ -36,15 +39,70 @@ class ServerState:
     _agents: OrderedDict[tuple[Namespace, str, bool], tuple[Any, threading.Lock]] = field(default_factory=OrderedDict)
     _agents_lock: threading.Lock = field(default_factory=threading.Lock)
     agent_metrics: Any = None
+    # The engines a request may name: None = every registered engine by its name (no "[field=value]" variants);
+    # "*" among them = any engine or variant. The memory's own engine is always allowed.
+    allowed_engines: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         self.limiter = RateLimiter(self.limits.rate, self.limits.burst)
+        lim = self.limits
+        self.lanes = {
+            "model": Lane("model", lim.model_workers, lim.model_queue, lim.model_per_key),
+            "memory": Lane("memory", lim.memory_workers, lim.memory_queue, lim.memory_per_key),
+        }
         m = self.metrics
         m.describe("cuemem_requests_total", "counter", "HTTP requests by method, route and status.")
         m.describe("cuemem_request_seconds", "histogram", "HTTP request latency by route.")
         m.describe("cuemem_errors_total", "counter", "Requests answered with an error, by kind.")
         m.describe("cuemem_auth_failures_total", "counter", "Requests refused for a missing or wrong key.")
         m.describe("cuemem_rate_limited_total", "counter", "Requests refused by the per-key rate limit.")
+
+    def check_engine(self, name: str | None) -> str | None:
+        """`name` if a request may name that engine, else a 400 (the allowed ones listed); None is the default."""
+        if name is None or name == self.memory.engine.name:
+            return name
+        allowed = self.allowed_engine_names()
+        if "*" in allowed or name in allowed:
+            return name
+        from ..engines import get_engine
+        from ..errors import UnknownEngineError
+
+        try:
+            get_engine(name)  # a name or variant that does not exist says so, as it did before the allow-list
+        except UnknownEngineError as exc:
+            raise ApiError(400, "unknown_engine", str(exc)[:2000]) from exc
+        raise ApiError(
+            400,
+            "engine_not_allowed",
+            f"engine {name[:200]!r} is not served here; this server allows: {', '.join(sorted(allowed))}"
+            " (an operator adds others with `cuemem serve --allow-engine`)",
+        )
+
+    def allowed_engine_names(self) -> set[str]:
+        """The engines requests may name (the memory's own included)."""
+        if self.allowed_engines is None:
+            from ..engines import available_engines
+
+            return {*available_engines(), self.memory.engine.name}
+        return {*self.allowed_engines, self.memory.engine.name}
+
+    def lane_for(self, method: str, path: str, engine: str | None) -> Lane | None:
+        """The lane a request runs in: model for answers, chat and searches with a model-mode engine, memory for
+        the rest of /v1 and /mcp, none for the server's own routes (health, metrics, the page)."""
+        if path in ("/v1/answer", "/v1/chat"):
+            return self.lanes["model"]
+        if path == "/v1/memories/search" and method == "GET" and self._uses_model(engine):
+            return self.lanes["model"]
+        if path.startswith(("/v1/", "/mcp")):
+            return self.lanes["memory"]
+        return None
+
+    def _uses_model(self, engine: str | None) -> bool:
+        try:
+            chosen = self.memory._engine(self.check_engine(engine))
+        except Exception:  # not allowed or unknown: the route answers it, quickly
+            return False
+        return bool(chosen.uses_llm)
 
     def write_lock(self, namespace: Namespace) -> threading.Lock:
         """The lock serialising writes to a namespace (striped: a bounded set of locks, however many users)."""

@@ -5,6 +5,8 @@ import time
 from importlib import resources
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
@@ -33,12 +35,16 @@ def _state(request: Request) -> ServerState:
     return state
 
 
+# /healthz reads the store in threads of its own: it never waits behind memory work for the server's thread pool.
+HEALTH_THREADS = anyio.CapacityLimiter(2)
+
+
 @router.get("/healthz", tags=["server"])
-def healthz(request: Request) -> dict[str, Any]:
+async def healthz(request: Request) -> dict[str, Any]:
     """Liveness and readiness: the store answers a read."""
     state = _state(request)
-    try:
-        state.memory.store.epoch(0)  # one indexed read: cheap at any size (counting namespaces' turns is not)
+    try:  # one indexed read: cheap at any size (counting namespaces' turns is not)
+        await anyio.to_thread.run_sync(state.memory.store.epoch, 0, limiter=HEALTH_THREADS)
     except Exception as exc:  # the store is the one thing the server cannot go on without
         raise ApiError(503, "store_unavailable", f"the store does not answer: {exc}") from exc
     return {
@@ -50,7 +56,7 @@ def healthz(request: Request) -> dict[str, Any]:
 
 
 @router.get("/metrics", tags=["server"], response_class=PlainTextResponse)
-def metrics(request: Request) -> PlainTextResponse:
+async def metrics(request: Request) -> PlainTextResponse:
     """Prometheus text: requests, latency histograms, errors, model calls, chat agent turns."""
     return PlainTextResponse(_state(request).scrape(), media_type="text/plain; version=0.0.4; charset=utf-8")
 

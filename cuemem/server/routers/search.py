@@ -28,7 +28,7 @@ def search_memories(
         **ids,
         k=caller.bounded_k(k),
         budget_tokens=caller.bounded_budget(budget_tokens),
-        engine=engine,
+        engine=caller.state.check_engine(engine),
         now=now,
     )
     return jsonable(retrieval.as_dict())
@@ -43,7 +43,7 @@ def answer(body: AnswerRequest, caller: BodyReader) -> dict[str, Any]:
         **caller.ids,
         k=caller.bounded_k(body.k),
         budget_tokens=caller.bounded_budget(body.budget_tokens),
-        engine=body.engine,
+        engine=caller.state.check_engine(body.engine),
         now=body.now,
     )
     hits = result.retrieval.as_dict()["hits"] if result.retrieval is not None else []

@@ -1,0 +1,165 @@
+"""Serving under hostile load (issue 33): one key cannot stall the others, and no key can make the server grow.
+
+A real uvicorn server over a model that takes a second and a half per answer: one key floods answers far past its
+share while /healthz, /metrics and another key's search must answer at once; requests naming engines the server
+does not allow are refused without a byte written. Runs on both stores (conftest BOTH_STORES).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi")
+
+from conftest import open_memory
+from fakes import FakeBackend
+from test_server import running
+
+from cuemem.errors import UnknownEngineError
+from cuemem.indexer import MAX_NAMED_ENGINES
+from cuemem.llm import LLMClient
+from cuemem.server.app import create_app
+from cuemem.server.errors import ApiError
+from cuemem.server.fairness import Lane
+from cuemem.server.keys import KeyRing
+from cuemem.server.limits import Limits
+
+ANSWER_SECONDS = 1.5
+
+
+class SlowBackend(FakeBackend):
+    """The fake model, taking ANSWER_SECONDS per chat: a model-bound request holds its worker that long."""
+
+    def chat(self, messages, *, max_tokens, temperature):  # type: ignore[no-untyped-def]
+        time.sleep(ANSWER_SECONDS)
+        return super().chat(messages, max_tokens=max_tokens, temperature=temperature)
+
+
+def _serve(tmp_path: Path, **app_options: object):  # type: ignore[no-untyped-def]
+    memory = open_memory(tmp_path / "fair.db", "bm25", llm=LLMClient(SlowBackend()), llm_cache="off")
+    memory.add(["The hotel is close to the river.", "We booked the train for Friday."], user_id="alice")
+    memory.add(["Bob's dentist appointment is on Monday."], user_id="bob")
+    ring = KeyRing(tmp_path / "fair.keys")
+    keys = {user: ring.create(user_id=user)[1] for user in ("alice", "bob")}
+    app = create_app(memory, ring, Limits(rate=0), mcp=False, **app_options)  # type: ignore[arg-type]
+    return memory, ring, keys, app
+
+
+def test_one_key_flooding_answers_cannot_stall_health_metrics_or_another_key(tmp_path: Path) -> None:
+    """45 answers at once from one key (more than the server's 40 threads, the probe's stall): the key's share
+    runs, the rest are refused at once with 429 and Retry-After, and /healthz, /metrics and another key's search
+    answer well within the time of one answer."""
+    memory, ring, keys, app = _serve(tmp_path)
+    with running(app) as url:
+        flood = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {keys['alice']}"}, timeout=60)
+        other = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {keys['bob']}"}, timeout=60)
+
+        def ask(i: int) -> tuple[int, float, str | None]:
+            start = time.monotonic()
+            r = flood.post("/v1/answer", json={"question": f"Where is the hotel, take {i}?", "user_id": "alice"})
+            return r.status_code, time.monotonic() - start, r.headers.get("retry-after")
+
+        with ThreadPoolExecutor(45) as pool:
+            answers = [pool.submit(ask, i) for i in range(45)]
+            time.sleep(0.5)  # the flood is in: the key's share is running, the rest refused
+            latencies = []
+            for _ in range(3):
+                for path, client in (("/healthz", other), ("/metrics", other), ("/v1/memories/search", other)):
+                    start = time.monotonic()
+                    r = client.get(path, params={"q": "dentist", "user_id": "bob"} if "search" in path else None)
+                    latencies.append(time.monotonic() - start)
+                    assert r.status_code == 200, (path, r.text)
+            results = [a.result() for a in answers]
+        flood.close()
+        other.close()
+    memory.close()
+    ring.close()
+    assert max(latencies) < ANSWER_SECONDS / 2, latencies  # measured ~0.01 s; before issue 33, > 20 s
+    ok = [r for r in results if r[0] == 200]
+    refused = [r for r in results if r[0] == 429]
+    assert len(ok) + len(refused) == 45 and 1 <= len(ok) <= Limits().model_per_key
+    assert all(seconds < ANSWER_SECONDS and retry == "1" for _, seconds, retry in refused), refused
+
+
+@pytest.mark.sqlite_only("no store involved")
+def test_a_lane_refuses_past_a_keys_share_and_past_its_bound() -> None:
+    lane = Lane("model", workers=1, queue=2, per_key=2)
+    lane.enter("a")
+    lane.enter("a")
+    with pytest.raises(ApiError) as share:
+        lane.enter("a")
+    assert share.value.status == 429 and share.value.headers == {"Retry-After": "1"}
+    lane.enter("b")
+    with pytest.raises(ApiError) as full:
+        lane.enter("c")
+    assert full.value.status == 503 and lane.size == 3
+    lane.leave("a")
+    lane.enter("c")  # a place freed is a place taken
+    assert lane.size == 3
+
+
+def test_requests_name_only_the_engines_the_server_allows(tmp_path: Path) -> None:
+    """The probe's flood of `episodic[window=N]` variants: each a clear 400, nothing built, nothing stored."""
+    memory, ring, keys, app = _serve(tmp_path)
+    store_files = [p for p in tmp_path.iterdir() if p.name.startswith("fair.db")]
+    before = sum(p.stat().st_size for p in store_files) if store_files else 0
+    with running(app) as url, httpx.Client(base_url=url, headers={"Authorization": f"Bearer {keys['alice']}"}) as c:
+        for n in range(20):
+            r = c.get(
+                "/v1/memories/search", params={"q": "hotel", "user_id": "alice", "engine": f"episodic[window={n + 1}]"}
+            )
+            assert r.status_code == 400 and r.json()["error"] == "engine_not_allowed", r.text
+            assert "cuemem serve --allow-engine" in r.json()["message"]
+        r = c.get("/v1/memories/search", params={"q": "hotel", "user_id": "alice", "engine": "nope"})
+        assert r.status_code == 400 and r.json()["error"] == "unknown_engine"
+        r = c.get("/v1/memories/search", params={"q": "hotel", "user_id": "alice", "engine": "hybrid"})
+        assert r.status_code == 200  # a registered engine by its name is allowed by default
+    assert set(memory._indexer.engines) <= {"bm25", "hybrid"}
+    if store_files:
+        after = sum(p.stat().st_size for p in store_files)
+        assert after <= before + 256 * 1024, (before, after)  # the hybrid search's own derived rows, no variant's
+    memory.close()
+    ring.close()
+
+
+def test_an_allow_list_admits_exactly_the_variants_it_names(tmp_path: Path) -> None:
+    memory, ring, keys, app = _serve(tmp_path, allowed_engines=["episodic[window=256]"])
+    with running(app) as url, httpx.Client(base_url=url, headers={"Authorization": f"Bearer {keys['alice']}"}) as c:
+        ok = c.get("/v1/memories/search", params={"q": "hotel", "user_id": "alice", "engine": "episodic[window=256]"})
+        assert ok.status_code == 200, ok.text
+        no = c.get("/v1/memories/search", params={"q": "hotel", "user_id": "alice", "engine": "hybrid"})
+        assert no.status_code == 400 and "episodic[window=256]" in no.json()["message"]
+        model = c.post("/v1/answer", json={"question": "Where is the hotel?", "user_id": "alice", "engine": "dense"})
+        assert model.status_code == 400  # answers check the engine too
+    memory.close()
+    ring.close()
+
+
+@pytest.mark.sqlite_only("the engine cache is the process's own, whatever the store")
+def test_engines_named_in_calls_are_kept_in_a_bounded_cache(tmp_path: Path) -> None:
+    """In the library any variant may be named; the engines kept in memory stay bounded (least recently used out)."""
+    with open_memory(tmp_path / "lib.db", "bm25") as memory:
+        memory.add("The hotel is close to the river.", user_id="u")
+        for n in range(MAX_NAMED_ENGINES + 8):
+            memory._engine(f"episodic[window={64 + n}]")
+        assert len(memory._indexer.engines) <= MAX_NAMED_ENGINES + 1
+        assert memory._indexer.engines["bm25"] is memory.engine  # the memory's own engine is never evicted
+        with pytest.raises(UnknownEngineError):
+            memory.search("hotel", user_id="u", engine="episodic[nope=1]")
+
+
+@pytest.mark.sqlite_only("the lane a request takes does not depend on the store")
+def test_model_mode_searches_run_in_the_model_lane(tmp_path: Path) -> None:
+    memory, ring, _, app = _serve(tmp_path)
+    state = app.state.cuemem
+    assert state.lane_for("GET", "/v1/memories/search", "stitch-llm") is state.lanes["model"]
+    assert state.lane_for("GET", "/v1/memories/search", None) is state.lanes["memory"]
+    assert state.lane_for("POST", "/v1/chat", None) is state.lanes["model"]
+    assert state.lane_for("GET", "/healthz", None) is None and state.lane_for("GET", "/metrics", None) is None
+    memory.close()
+    ring.close()
