@@ -85,7 +85,6 @@ _ACTIVE = {"kind": "sqlite"}
 # A database holding an empty cuemem store, made once per PostgreSQL server: each store a test opens for writing
 # is created as a copy of it (CREATE DATABASE ... TEMPLATE), instead of making pgvector and the schema every time.
 TEMPLATE = "cuemem_template"
-TEMPLATE_SCHEMA = "cuemem"  # the store's schema (cuemem/store/postgres.py)
 
 
 class PG:
@@ -94,9 +93,6 @@ class PG:
     server: Any = None
     uri: str = ""
     created: list[str] = []  # noqa: RUF012  (databases of the running test)
-    pool: list[str] = []  # noqa: RUF012  (emptied stores of earlier tests, ready to be renamed for the next one)
-    template_shape: list[tuple[str, ...]] = []  # noqa: RUF012
-    template_meta: list[tuple[str, str]] = []  # noqa: RUF012
 
     @classmethod
     def start(cls, root: Path) -> None:
@@ -124,9 +120,6 @@ class PG:
         from cuemem.store import open_store
 
         open_store(cls._uri_of(TEMPLATE)).close()  # the schema and pgvector, made once by the store itself
-        with psycopg.connect(cls._uri_of(TEMPLATE)) as conn:
-            cls.template_shape = cls._shape(conn)
-            cls.template_meta = conn.execute(f"SELECT key, value FROM {TEMPLATE_SCHEMA}.meta WHERE key <> 'salt'").fetchall()
 
     @classmethod
     def _uri_of(cls, name: str) -> str:
@@ -140,73 +133,10 @@ class PG:
 
         with psycopg.connect(cls.uri, autocommit=True) as conn:
             if not conn.execute("SELECT 1 FROM pg_database WHERE datname=%s", (name,)).fetchone():
-                if not (store and (cls._take_pooled(conn, name) or cls._clone(conn, name))):
+                if not (store and cls._clone(conn, name)):
                     conn.execute(f'CREATE DATABASE "{name}"')
                 cls.created.append(name)
         return cls._uri_of(name)
-
-    @classmethod
-    def _take_pooled(cls, conn: Any, name: str) -> bool:
-        """Rename an emptied store of an earlier test to `name` (much cheaper than CREATE DATABASE + DROP)."""
-        import psycopg
-
-        while cls.pool:
-            try:
-                conn.execute(f'ALTER DATABASE "{cls.pool.pop()}" RENAME TO "{name}"')
-                return True
-            except psycopg.Error:
-                continue
-        return False
-
-    @classmethod
-    def _shape(cls, conn: Any) -> list[tuple[str, ...]]:
-        """What a database holds besides its rows: every relation outside PostgreSQL's own schemas (the HNSW
-        indexes a store builds per namespace left out), every schema, and cuemem's meta keys but the salt."""
-        relations = conn.execute(
-            "SELECT n.nspname, c.relname, c.relkind::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname NOT LIKE 'pg\\_%' AND n.nspname <> 'information_schema'"
-            " AND c.relname NOT LIKE 'vec\\_hnsw\\_%'"
-        ).fetchall()
-        schemas = conn.execute("SELECT nspname, '', '' FROM pg_namespace").fetchall()
-        meta = conn.execute(f"SELECT key, value, 'meta' FROM {TEMPLATE_SCHEMA}.meta WHERE key <> 'salt'").fetchall()
-        return sorted(relations + schemas + meta)
-
-    @classmethod
-    def _empty(cls, name: str) -> bool:
-        """Return a test's store to the template's state in place (its rows truncated, its HNSW indexes dropped, a
-        fresh salt); False where the test changed anything else (another schema version, other tables), or where a
-        connection still holds it. TRUNCATE gives every table new files, so no byte of the test's rows is left in
-        the database's folder for the next test's forgetting checks."""
-        import psycopg
-
-        try:
-            with psycopg.connect(cls.uri, autocommit=True) as admin:
-                admin.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname=%s AND pid <> pg_backend_pid()",
-                    (name,),
-                )
-            with psycopg.connect(cls._uri_of(name)) as conn:
-                if cls._shape(conn) != cls.template_shape:
-                    return False
-                for (index,) in conn.execute(
-                    "SELECT indexname FROM pg_indexes WHERE schemaname=%s AND indexname LIKE 'vec\\_hnsw\\_%%'",
-                    (TEMPLATE_SCHEMA,),
-                ).fetchall():
-                    conn.execute(f'DROP INDEX {TEMPLATE_SCHEMA}."{index}"')
-                tables = conn.execute(
-                    "SELECT tablename FROM pg_tables WHERE schemaname=%s", (TEMPLATE_SCHEMA,)
-                ).fetchall()
-                conn.execute(
-                    "TRUNCATE " + ", ".join(f'{TEMPLATE_SCHEMA}."{t}"' for (t,) in tables) + " RESTART IDENTITY"
-                )
-                for key, value in cls.template_meta:
-                    conn.execute(f"INSERT INTO {TEMPLATE_SCHEMA}.meta(key, value) VALUES(%s, %s)", (key, value))
-                conn.execute(
-                    f"INSERT INTO {TEMPLATE_SCHEMA}.meta(key, value) VALUES('salt', %s)", (secrets.token_hex(16),)
-                )
-            return True
-        except psycopg.Error:
-            return False
 
     @classmethod
     def _clone(cls, conn: Any, name: str) -> bool:
@@ -239,14 +169,6 @@ class PG:
 
         with psycopg.connect(cls.uri, autocommit=True) as conn:
             for name in cls.created:
-                pooled = f"pool_{len(cls.pool)}_{secrets.token_hex(4)}"
-                if cls._empty(name):
-                    try:
-                        conn.execute(f'ALTER DATABASE "{name}" RENAME TO "{pooled}"')
-                        cls.pool.append(pooled)
-                        continue
-                    except psycopg.Error:
-                        pass
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         cls.created.clear()
 
