@@ -29,6 +29,7 @@ HUGE = "y" * 900_000
 NUMBER = "1" * 5000
 
 
+@pytest.mark.sqlite_only("no store involved")
 def test_the_limit_is_one_thousand_characters() -> None:
     assert MAX_ID_CHARS == 1000
     assert Namespace("u" * MAX_ID_CHARS, "a" * MAX_ID_CHARS, "r" * MAX_ID_CHARS).run_id == "r" * MAX_ID_CHARS
@@ -119,6 +120,7 @@ def test_export_writes_strict_json_even_for_a_nan_stored_before_the_check(make_m
     assert strict_loads(line)["metadata"] == {"x": None, "y": [None, 2.0]}
 
 
+@pytest.mark.sqlite_only("no store involved")
 def test_strict_dumps() -> None:
     assert strict_dumps({"a": [math.nan, {"b": math.inf}], "c": 1.0}) == '{"a": [null, {"b": null}], "c": 1.0}'
     assert strict_dumps({"é": 1}) == '{"é": 1}'
@@ -136,6 +138,7 @@ class _Sink:
 # ---------------------------------------------------------------- JSON errors say what is wrong
 
 
+@pytest.mark.sqlite_only("no store involved")
 def test_jsonl_lines_say_what_is_wrong() -> None:
     report = ImportReport()
     lines = ["[" * 5000 + "]" * 5000, '{"text": ' + NUMBER + "}", '{"x": Infinity}', '{"text": "fine"}']
@@ -147,6 +150,7 @@ def test_jsonl_lines_say_what_is_wrong() -> None:
     assert "Infinity is not JSON" in reasons[3]
 
 
+@pytest.mark.sqlite_only("no store involved")
 def test_locomo_files_say_what_is_wrong(tmp_path: Path) -> None:
     for name, text, says in (
         ("long.json", '{"conversation": {"n": ' + NUMBER + "}}", "number is too long"),
