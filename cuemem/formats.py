@@ -29,9 +29,14 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (JSON numbers are finite): write null or a string instead")
 
 
+_STRICT = json.JSONDecoder(parse_constant=_refuse_constant)  # one decoder: json.loads with options makes one a call
+
+
 def strict_loads(text: str | bytes) -> Any:
     """json.loads refusing NaN, Infinity and -Infinity, which Python accepts but JSON (RFC 8259) does not."""
-    return json.loads(text, parse_constant=_refuse_constant)
+    if isinstance(text, bytes):
+        return json.loads(text, parse_constant=_refuse_constant)  # json.loads finds a UTF-16 or -32 text's encoding
+    return _STRICT.decode(text)
 
 
 def json_reason(exc: ValueError) -> str:
