@@ -4,11 +4,13 @@ of samples, or one sample). `Memory.ingest_file` drives them; the CLI only shows
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from .errors import ImportFormatError
 from .types import Turn
@@ -16,6 +18,30 @@ from .types import Turn
 _SESSION = re.compile(r"^session_(\d+)$")
 # Turn metadata keys, and the LoCoMo fields they are read from.
 LOCOMO_METADATA = {"image_caption": "blip_caption", "img_url": "img_url", "query": "query"}
+
+
+def too_long_number() -> str:
+    """The words for a JSON number longer than Python reads (`sys.get_int_max_str_digits`)."""
+    return f"a number is too long (over {sys.get_int_max_str_digits():,} digits): write long numbers as strings"
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (JSON numbers are finite): write null or a string instead")
+
+
+_STRICT = json.JSONDecoder(parse_constant=_refuse_constant)  # one decoder: json.loads with options makes one a call
+
+
+def strict_loads(text: str | bytes) -> Any:
+    """json.loads refusing NaN, Infinity and -Infinity, which Python accepts but JSON (RFC 8259) does not."""
+    if isinstance(text, bytes):
+        return json.loads(text, parse_constant=_refuse_constant)  # json.loads finds a UTF-16 or -32 text's encoding
+    return _STRICT.decode(text)
+
+
+def json_reason(exc: ValueError) -> str:
+    """Why json.loads refused a text (not a JSONDecodeError): a number too long to convert, or a non-finite one."""
+    return too_long_number() if "digits" in str(exc) else str(exc)
 
 
 def _where(msg: str) -> str:
@@ -30,15 +56,15 @@ def read_locomo(path: str | Path, errors: list[tuple[int | str, str]] | None = N
     sample is reported there ("sample N", why) and skipped, and the file is refused only when no sample is valid.
     """
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = strict_loads(Path(path).read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
         raise ImportFormatError(f"{path} is not valid UTF-8 (byte {exc.start})") from exc
     except json.JSONDecodeError as exc:
         raise ImportFormatError(f"{path} is not valid JSON: {_where(exc.msg)} line {exc.lineno}") from exc
     except RecursionError as exc:
         raise ImportFormatError(f"{path} is nested too deeply to read") from exc
-    except ValueError as exc:  # e.g. a number too long to convert
-        raise ImportFormatError(f"{path} is not valid JSON: {exc}") from exc
+    except ValueError as exc:  # a number too long to convert, NaN
+        raise ImportFormatError(f"{path} is not valid JSON: {json_reason(exc)}") from exc
     samples = data if isinstance(data, list) else [data]
     good: list[dict[str, Any]] = []
     bad: list[tuple[int | str, str]] = []
@@ -112,15 +138,52 @@ def locomo_turns(sample: dict[str, Any]) -> list[Turn]:
     return [turn for _, turn in iter_locomo_turns(sample)]
 
 
+MAX_LISTED_ERRORS = 10_000  # rejections an import lists; past them it only counts (bounded memory, issue 33)
+
+
 @dataclass
 class ImportReport:
     """What an import or ingest did: turns added, turns already stored, and each rejected line or turn with the
     reason: by line number for JSONL; for LoCoMo by sample id, the reason naming the turn's position ("session_3
-    turn 5 ..."), or "sample N" for a sample that is not one."""
+    turn 5 ..."), or "sample N" for a sample that is not one. An import lists its first MAX_LISTED_ERRORS
+    rejections and counts the rest in `unlisted` (a body of a million bad lines must not take a million records)."""
 
     added: int = 0
     skipped: int = 0
     errors: list[tuple[int | str, str]] = field(default_factory=list)
+    unlisted: int = 0
+
+    def reject(self, where: int | str, why: str) -> None:
+        """Record one rejection: listed while under MAX_LISTED_ERRORS, counted after."""
+        if len(self.errors) < MAX_LISTED_ERRORS:
+            self.errors.append((where, why))
+        else:
+            self.unlisted += 1
+
+    @property
+    def rejected(self) -> int:
+        """How many lines or turns were rejected, listed or not."""
+        return len(self.errors) + self.unlisted
+
+
+def finite(data: Any) -> Any:
+    """Data with every NaN or infinite float replaced by None (null), so it can be written as strict JSON."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [finite(v) for v in data]
+    return data
+
+
+def strict_dumps(data: Any) -> str:
+    """One line of strict JSON (RFC 8259): a non-finite float, which only a store written before metadata was
+    checked can hold, is written as null, never as a bare NaN (issue 33)."""
+    try:
+        return json.dumps(data, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(finite(data), ensure_ascii=False, allow_nan=False)
 
 
 def sniff_format(path: str | Path) -> str:
@@ -156,15 +219,20 @@ def sniff_format(path: str | Path) -> str:
 def file_lines(path: str | Path) -> Iterator[bytes]:
     """A file's lines as bytes.splitlines() gives them (split at \\n, \\r\\n and \\r), read one at a time."""
     with Path(path).open("rb") as fh:
-        for line in fh:
-            ended = line.endswith(b"\n")
-            if ended:
-                line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
-            if b"\r" not in line:
-                yield line
-                continue
-            parts = line.split(b"\r")
-            yield from parts if ended or parts[-1] else parts[:-1]  # the file's last line ends with a lone \r
+        yield from stream_lines(fh)
+
+
+def stream_lines(fh: IO[bytes]) -> Iterator[bytes]:
+    """An open binary file's lines as `file_lines` gives them, one at a time (a line is held whole, no more)."""
+    for line in fh:
+        ended = line.endswith(b"\n")
+        if ended:
+            line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+        if b"\r" not in line:
+            yield line
+            continue
+        parts = line.split(b"\r")
+        yield from parts if ended or parts[-1] else parts[:-1]  # the file's last line ends with a lone \r
 
 
 def count_lines(path: str | Path) -> int:
@@ -186,22 +254,22 @@ def iter_jsonl(lines: Iterable[str | bytes], report: ImportReport) -> Iterator[t
             try:
                 raw = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                report.errors.append((lineno, f"not valid UTF-8 (byte {exc.start})"))
+                report.reject(lineno, f"not valid UTF-8 (byte {exc.start})")
                 continue
         if not raw.strip():
             continue
         try:
-            data = json.loads(raw)
+            data = strict_loads(raw)
         except json.JSONDecodeError as exc:
-            report.errors.append((lineno, f"malformed JSON: {_where(exc.msg)} column {exc.colno}"))
+            report.reject(lineno, f"malformed JSON: {_where(exc.msg)} column {exc.colno}")
             continue
         except RecursionError:  # a bad line only ever rejects itself
-            report.errors.append((lineno, "nested too deeply to read"))
+            report.reject(lineno, "nested too deeply to read")
             continue
-        except ValueError as exc:  # e.g. a number too long to convert
-            report.errors.append((lineno, f"malformed JSON: {exc}"))
+        except ValueError as exc:  # a number too long to convert, NaN
+            report.reject(lineno, f"malformed JSON: {json_reason(exc)}")
             continue
         if not isinstance(data, dict):
-            report.errors.append((lineno, f"expected a JSON object, got {type(data).__name__}"))
+            report.reject(lineno, f"expected a JSON object, got {type(data).__name__}")
             continue
         yield lineno, data

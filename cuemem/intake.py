@@ -14,7 +14,7 @@ from typing import Any
 from .errors import CuememError, InvalidTurnError
 from .indexer import Indexer
 from .store.base import AppendResult, Store
-from .types import Namespace, Turn
+from .types import IdTooLongError, Namespace, Turn, check_id_length
 
 Message = str | bytes | Mapping[str, Any] | Turn
 Ids = tuple[str, str | None, str | None]  # a namespace's (user_id, agent_id, run_id), as the caller gave them
@@ -158,16 +158,25 @@ class Intake:
 
 
 def check_metadata(metadata: Any) -> None:
-    """Refuse metadata that is not a JSON object of UTF-8 text, or that nests too deeply to serialise."""
+    """Refuse metadata that is not a strict JSON object of UTF-8 text (no NaN or Infinity), or that nests too deeply
+    to serialise (issue 33)."""
     if not isinstance(metadata, Mapping):
         raise InvalidTurnError("metadata must be a JSON object")
     if deeper_than(metadata, MAX_METADATA_DEPTH):
         raise InvalidTurnError(f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep")
     try:
-        json.dumps(metadata, ensure_ascii=False).encode("utf-8")
+        json.dumps(metadata, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except RecursionError as exc:
         raise InvalidTurnError("metadata is nested too deeply") from exc
-    except (TypeError, ValueError, UnicodeEncodeError) as exc:
+    except UnicodeEncodeError as exc:
+        raise InvalidTurnError(f"metadata is not JSON-serialisable UTF-8: {exc}") from exc
+    except ValueError as exc:
+        if "not JSON compliant" in str(exc):
+            raise InvalidTurnError(
+                "metadata holds NaN or Infinity, which JSON does not allow (strict JSON only): use null or a string"
+            ) from exc
+        raise InvalidTurnError(f"metadata is not JSON-serialisable UTF-8: {exc}") from exc
+    except TypeError as exc:
         raise InvalidTurnError(f"metadata is not JSON-serialisable UTF-8: {exc}") from exc
 
 
@@ -212,7 +221,8 @@ def clean_text(text: Any, max_bytes: int) -> str:
 
 
 def clean_field(value: Any, name: str) -> str:
-    """A turn's id, speaker, session or timestamp: a non-empty UTF-8 string (or int) of at most 1,000 characters."""
+    """A turn's id, speaker, session or timestamp: a non-empty UTF-8 string (or int) of at most MAX_ID_CHARS
+    characters (`types.check_id_length`, the one limit of every id)."""
     if not isinstance(value, str | int) or isinstance(value, bool):
         raise InvalidTurnError(f"{name} must be a string, got {type(value).__name__}")
     value = str(value)
@@ -222,6 +232,7 @@ def clean_field(value: Any, name: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidTurnError(f"{name} is not valid UTF-8") from exc
-    if len(value) > 1000:
-        raise InvalidTurnError(f"{name} is longer than 1,000 characters")
-    return value
+    try:
+        return check_id_length(value, name)
+    except IdTooLongError as exc:
+        raise InvalidTurnError(str(exc)) from exc

@@ -3,7 +3,6 @@ the log, never exported: docs/design.md promise 1)."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -11,7 +10,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from .errors import CuememError, ImportFormatError
-from .formats import ImportReport, count_lines, file_lines, iter_jsonl, iter_locomo_turns, read_locomo, sniff_format
+from .formats import (
+    ImportReport,
+    count_lines,
+    file_lines,
+    iter_jsonl,
+    iter_locomo_turns,
+    read_locomo,
+    sniff_format,
+    strict_dumps,
+)
 from .intake import Intake
 from .store.base import Store
 from .types import Namespace
@@ -33,14 +41,14 @@ class Transfer:
         return self.indexer.store
 
     def export(self, out: IO[str], namespaces: Iterable[Namespace]) -> int:
-        """Memory.export: each namespace's log as JSONL lines, one turn a line; returns how many."""
+        """Memory.export: each namespace's log as JSONL lines of strict JSON, one turn a line; returns how many."""
         count = 0
         for namespace in namespaces:
             ns = self.store.namespace_id(namespace)
             for turn in self.store.iter_turns(ns):
                 data = turn.as_dict()
                 data.pop("seq")
-                out.write(json.dumps(data, ensure_ascii=False) + "\n")
+                out.write(strict_dumps(data) + "\n")
                 count += 1
         return count
 
@@ -51,10 +59,13 @@ class Transfer:
         progress: Callable[[int], None] | None = None,
     ) -> ImportReport:
         """Memory.import_: JSONL lines into `target` (one other namespace may be named by the lines, the one
-        copied) or, without a target, into the namespace each line names; streamed in batches."""
+        copied) or, without a target, into the namespace each line names. The lines are taken lazily, one at a
+        time, and written in batches: at most one batch of lines is held at once, however many namespaces the
+        lines name (bounded memory, issue 33)."""
         report = ImportReport()
         source: Namespace | None = None  # the one other namespace the lines may name when a target is given
         pending: dict[Namespace, list[tuple[int, dict[str, Any]]]] = {}
+        held = 0  # lines waiting in `pending`, over every namespace
         seen: dict[Namespace, Counter[str]] = {}  # id-less repeats are counted across the whole file
 
         def flush(namespace: Namespace) -> None:
@@ -62,7 +73,9 @@ class Transfer:
             turns, rejected = self.intake.validate(
                 [data for _, data in rows], namespace, None, None, seen.setdefault(namespace, Counter())
             )
-            report.errors.extend((rows[i][0], why) for i, why in rejected)
+            for i, why in rejected:
+                report.reject(rows[i][0], why)
+            del rows
             if rejected and progress:
                 progress(len(rejected))
             if not turns:
@@ -92,11 +105,14 @@ class Transfer:
                             )
                     namespace = target
             except (ImportFormatError, ValueError) as exc:
-                report.errors.append((lineno, str(exc)))
+                report.reject(lineno, str(exc))
                 continue
             pending.setdefault(namespace, []).append((lineno, data))
-            if len(pending[namespace]) >= self.indexer.batch:
-                flush(namespace)
+            held += 1
+            if held >= self.indexer.batch:  # one batch held at most, over every namespace the lines name
+                for waiting in list(pending):
+                    flush(waiting)
+                held = 0
         for namespace in list(pending):
             flush(namespace)
         report.errors.sort(key=lambda e: (str(type(e[0])), e[0]))

@@ -10,6 +10,21 @@ from typing import Any
 # spaces and joiners, the byte-order mark), surrogates and line/paragraph separators. Ids that look alike must be
 # alike, so these are refused rather than stored.
 _REFUSED_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+MAX_ID_CHARS = 1000  # the one length limit of every id: user, agent, run, turn, session, and a key's binding
+
+
+class IdTooLongError(ValueError):
+    """An id is longer than MAX_ID_CHARS characters (the server answers 422)."""
+
+
+def check_id_length(value: str, name: str) -> str:
+    """`value` when it is at most MAX_ID_CHARS characters, else IdTooLongError naming the id (issue 33)."""
+    if len(value) > MAX_ID_CHARS:
+        raise IdTooLongError(
+            f"{name} is {len(value):,} characters, longer than {MAX_ID_CHARS:,}: every id is at most"
+            f" {MAX_ID_CHARS:,} characters"
+        )
+    return value
 
 
 @dataclass(frozen=True, order=True)
@@ -18,7 +33,8 @@ class Namespace:
 
     Ids are normalised here, once, for the API, the CLI and import alike: Unicode NFC (a composed and a decomposed
     "café" are one id) with surrounding whitespace stripped; an id holding a control or invisible character (bidi
-    overrides, zero-width characters, U+FEFF) is refused with ValueError.
+    overrides, zero-width characters, U+FEFF) is refused with ValueError, one longer than MAX_ID_CHARS characters
+    with IdTooLongError.
     """
 
     user_id: str
@@ -32,7 +48,7 @@ class Namespace:
                 continue
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"namespace {name} must be a non-empty string, got {value!r}")
-            clean = unicodedata.normalize("NFC", value).strip()
+            clean = check_id_length(unicodedata.normalize("NFC", value).strip(), f"namespace {name}")
             bad = next((c for c in clean if unicodedata.category(c) in _REFUSED_CATEGORIES), None)
             if bad is not None:
                 raise ValueError(

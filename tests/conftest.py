@@ -73,6 +73,7 @@ BOTH_STORES = {
     "test_forgetting",
     "test_concurrency",
     "test_hostile",
+    "test_hostile_input",
     "test_memory",
     "test_stitch",
     "test_scg",

@@ -36,17 +36,22 @@ def report(result: ImportReport, as_json: bool) -> None:
     """What an ingest or import did: the counts, then each rejected line or turn (the first SHOWN_ERRORS), exit
     code 1 when anything was rejected (every good line is kept all the same)."""
     errors = [(where, reason(why)) for where, why in result.errors]
+    total = result.rejected
     if as_json:
-        print_json({"added": result.added, "skipped": result.skipped, "errors": errors})
+        data: dict[str, Any] = {"added": result.added, "skipped": result.skipped, "errors": errors}
+        if result.unlisted:
+            data["unlisted_errors"] = result.unlisted
+        print_json(data)
     else:
         say(f"added {plural(result.added, 'turn')}, {result.skipped} already stored")
         for where, why in errors[:SHOWN_ERRORS]:
             error_line(f"{where}: {why}", label="rejected", style="yellow")
-        if len(errors) > SHOWN_ERRORS:
-            say(f"... and {len(errors) - SHOWN_ERRORS:,} more rejected (--json lists them all)", to=err)
-        if errors:
-            say(f"{len(errors):,} rejected in all; every other line was kept", to=err)
-    if errors:
+        if total > SHOWN_ERRORS:
+            listed = f"--json lists the first {len(errors):,}" if result.unlisted else "--json lists them all"
+            say(f"... and {total - SHOWN_ERRORS:,} more rejected ({listed})", to=err)
+        if total:
+            say(f"{total:,} rejected in all; every other line was kept", to=err)
+    if total:
         raise typer.Exit(1)
 
 

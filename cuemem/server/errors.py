@@ -24,7 +24,9 @@ from ..errors import (
     UnknownEngineError,
     UnknownNamespaceError,
 )
+from ..formats import json_reason
 from ..llm.base import LLMError
+from ..types import IdTooLongError
 from .keys import Forbidden
 
 log = logging.getLogger("cuemem.server")
@@ -46,6 +48,7 @@ def status_of(exc: BaseException) -> tuple[int, str]:
     table: list[tuple[type[BaseException], int, str]] = [
         (Forbidden, 403, "forbidden"),
         (InvalidTurnError, 422, "invalid_turn"),
+        (IdTooLongError, 422, "invalid_id"),
         (ImportFormatError, 422, "invalid_import"),
         (UnknownNamespaceError, 404, "unknown_namespace"),
         (TurnNotFoundError, 404, "not_found"),
@@ -102,8 +105,19 @@ async def _http(_: Request, exc: Exception) -> JSONResponse:
     kind = kinds.get(exc.status_code, "http_error")
     message = str(exc.detail)
     if message.startswith("There was an error parsing the body"):
-        message = "the body is not valid JSON: it could not be decoded (JSON must be UTF-8)"
+        message = f"the body is not valid JSON: {json_problem(exc.__cause__)}"
     return error_response(exc.status_code, kind, message)
+
+
+def json_problem(cause: BaseException | None) -> str:
+    """What made a body unreadable as JSON, in words (FastAPI keeps the parser's error as the cause)."""
+    if isinstance(cause, RecursionError):
+        return "it is nested too deeply (arrays and objects at most about 1,000 levels deep)"
+    if isinstance(cause, UnicodeDecodeError) or cause is None:
+        return "it could not be decoded (JSON must be UTF-8)"
+    if isinstance(cause, ValueError):
+        return json_reason(cause)
+    return f"it could not be decoded ({type(cause).__name__})"
 
 
 async def _library(request: Request, exc: Exception) -> JSONResponse:

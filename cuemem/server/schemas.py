@@ -120,7 +120,8 @@ class KeyRequest(BaseModel):
 class ImportResponse(BaseModel):
     added: int
     skipped: int
-    errors: list[dict[str, Any]]
+    errors: list[dict[str, Any]] = Field(description="The first 1,000 rejected lines, each with its reason.")
+    rejected: int = Field(0, description="How many lines were rejected in all.")
 
 
 def turn_out(turn: Any) -> dict[str, Any]:

@@ -9,12 +9,14 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from ...formats import ImportReport, stream_lines
 from ..deps import BodyWriter, Caller, Reader, Writer, key_scope
 from ..errors import ApiError
 from ..schemas import ImportResponse, SessionOut, jsonable
 
 router = APIRouter(tags=["memories"])
 
+SHOWN_ERRORS = 1000  # rejected lines an import's response lists; `rejected` counts them all
 UserWriter = Annotated[Caller, key_scope("write", ids="path")]
 
 
@@ -89,22 +91,30 @@ def export(caller: Reader) -> StreamingResponse:
 @router.post("/v1/import", response_model=ImportResponse)
 async def import_(request: Request, caller: BodyWriter) -> dict[str, Any]:
     """Add turns from a JSONL body (the export format) into the key's namespace; bad lines are reported by
-    number and every good one kept. Query parameters user_id/agent_id/run_id name the target namespace."""
+    number and every good one kept. Query parameters user_id/agent_id/run_id name the target namespace.
+
+    The body is streamed to a temporary file as it arrives (the middleware stops it at max_import_bytes, 413,
+    before any line is imported), then read back a line at a time into the import, which writes in batches: the
+    server holds one batch of lines, not the body (issue 33). The namespace's write lock is taken only once the
+    whole body is in, so a slow upload blocks no other writer."""
     params = request.query_params
     unknown = set(params) - {"user_id", "agent_id", "run_id"}
     if unknown:
         raise ApiError(422, "invalid_request", f"unknown query parameters: {', '.join(sorted(unknown))}")
     caller.bind(params.get("user_id"), params.get("agent_id"), params.get("run_id"))
-    body = await request.body()  # bounded by the middleware (max_import_bytes)
-    lines = body.splitlines()
+    with tempfile.TemporaryFile() as spool:
+        async for chunk in request.stream():  # bounded by the middleware (max_import_bytes)
+            spool.write(chunk)
 
-    def run() -> Any:
-        with caller.write_lock():
-            return caller.state.memory.import_(lines, **caller.ids)
+        def run() -> ImportReport:
+            spool.seek(0)
+            with caller.write_lock():
+                return caller.state.memory.import_(stream_lines(spool), **caller.ids)
 
-    report = await run_in_threadpool(run)
+        report = await run_in_threadpool(run)
     return {
         "added": report.added,
         "skipped": report.skipped,
-        "errors": [{"line": where, "reason": why} for where, why in report.errors[:1000]],
+        "errors": [{"line": where, "reason": why} for where, why in report.errors[:SHOWN_ERRORS]],
+        "rejected": report.rejected,
     }
