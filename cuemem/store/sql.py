@@ -22,6 +22,10 @@ from .sql_state import SQLState
 
 # Every derived table keyed by namespace; items' dependants (links, vectors, labels) cascade through foreign keys.
 DERIVED_TABLES = ("items", "kv", "embed_cache", "llm_calls", "watermarks")
+# The tables a delete of turns removes (or rewrites) rows of that may hold their text: what its scrub rewrites
+# (scrub.py); a deleted namespace's row goes too.
+TURN_DELETE_TABLES = ("turns", "items", "item_turns", "vectors", "labels", "kv", "embed_cache", "llm_calls", "history")
+NAMESPACE_DELETE_TABLES = (*TURN_DELETE_TABLES, "namespaces")
 
 
 class SQLStore(SQLState):
@@ -197,9 +201,32 @@ class SQLStore(SQLState):
             self._forget(c, ns, seqs)
             for test, params in self._in(seqs):
                 self._run(c, f"DELETE FROM turns WHERE +ns=? AND seq {test}", (ns, *params))
-            op = "delete_session" if session_id is not None else "delete"
-            self._log(c, ns, op, {"turn_ids": sorted(deleted_ids.values()), "session_id": session_id})
+            self._redact_history(c, ns, deleted_ids.values())
+            # The record of the deletion names no turn or session (ids can carry user text): only how many went.
+            self._log(c, ns, "delete_session" if session_id is not None else "delete", {"turns": len(seqs)})
+            self._forgot(TURN_DELETE_TABLES)
         return len(seqs)
+
+    def _redact_history(self, c: Any, ns: int, turn_ids: Iterable[str]) -> None:
+        """History rows that named deleted turns lose those ids (counted in "redacted" instead)."""
+        gone = set(turn_ids)
+        needles = [json.dumps(t, ensure_ascii=False) for t in sorted(gone)]
+        found: dict[int, str] = {}
+        for start in range(0, len(needles), 100):  # only rows whose JSON holds one of the ids, as it was written
+            part = needles[start : start + 100]
+            test = " OR ".join([self._contains("detail")] * len(part))
+            for row_id, detail in self._run(
+                c, f"SELECT id, detail FROM history WHERE ns=? AND ({test})", (ns, *part)
+            ).fetchall():
+                found[int(row_id)] = detail
+        for row_id, detail in sorted(found.items()):
+            entry = json.loads(detail)
+            ids = entry.get("turn_ids")
+            if not isinstance(ids, list) or not gone.intersection(ids):
+                continue
+            entry["turn_ids"] = [t for t in ids if t not in gone]
+            entry["redacted"] = int(entry.get("redacted", 0)) + len(ids) - len(entry["turn_ids"])
+            self._run(c, "UPDATE history SET detail=? WHERE id=?", (json.dumps(entry, ensure_ascii=False), row_id))
 
     def _forget(self, c: Any, ns: int, seqs: Sequence[int]) -> None:
         """Remove the derived rows that depend on the turns `seqs`; items that also cite surviving turns are
@@ -263,6 +290,7 @@ class SQLStore(SQLState):
             self._run(c, "DELETE FROM namespaces WHERE id=?", (ns,))
             # The record of the deletion names no user: only that a namespace and how many turns went.
             self._log(c, None, "delete_namespace", {"turns": count})
+            self._forgot(NAMESPACE_DELETE_TABLES)
         return count
 
     def clear_derived(self, ns: int) -> None:
