@@ -125,9 +125,7 @@ class PG:
         open_store(cls._uri_of(TEMPLATE)).close()  # the schema and pgvector, made once by the store itself
         with psycopg.connect(cls._uri_of(TEMPLATE)) as conn:
             cls.template_shape = cls._shape(conn)
-            cls.template_meta = conn.execute(
-                f"SELECT key, value FROM {TEMPLATE_SCHEMA}.meta WHERE key <> 'salt'"
-            ).fetchall()
+            cls.template_meta = conn.execute(f"SELECT key, value FROM {TEMPLATE_SCHEMA}.meta WHERE key <> 'salt'").fetchall()
 
     @classmethod
     def _uri_of(cls, name: str) -> str:
