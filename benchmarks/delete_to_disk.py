@@ -149,7 +149,10 @@ def bulk_load(memory: Memory, n: int, batch: int = 2000) -> None:
         ids = store.item_ids(ns, "turn", [t.id for t in added])
         vectors = memory.embedder.embed([t.text for t in added])
         store.put_vectors(
-            ns, "turn", memory.embedder.name, [(ids[t.id], text_hash(t.text), v) for t, v in zip(added, vectors)]
+            ns,
+            "turn",
+            memory.embedder.name,
+            [(ids[t.id], text_hash(t.text), v) for t, v in zip(added, vectors, strict=True)],
         )
 
 

@@ -517,10 +517,6 @@ class PostgresStore(PgVectors):
             with c.cursor() as cur:
                 cur.executemany(self._sql(sql), rows)
 
-    @staticmethod
-    def _contains(column: str) -> str:
-        return f"strpos({column}, ?) > 0"
-
     def _drop_unused_embeddings(self, c: Any, ns: int) -> None:
         """Through the index on (ns, text_hash) of vectors, not one pass over the namespace's hashes."""
         self._run(

@@ -97,8 +97,8 @@ class SQLStore(SQLState):
                     result.added.append(turn)
                 else:
                     result.skipped.append(turn.id)
-            if result.added:
-                self._log(c, ns, "add", {"turn_ids": [t.id for t in result.added], "skipped": len(result.skipped)})
+            if result.added:  # log positions, not ids: history() names the turns that are still there
+                self._log(c, ns, "add", {"seqs": [t.seq for t in result.added], "skipped": len(result.skipped)})
         return result
 
     def _row_to_turn(self, row: tuple[Any, ...], namespace: Namespace | None) -> Turn:
@@ -174,9 +174,28 @@ class SQLStore(SQLState):
         return out
 
     def history(self, ns: int, limit: int = 100) -> list[dict[str, Any]]:
-        """The namespace's changes, newest first."""
-        rows = self._read("SELECT id, at, op, detail FROM history WHERE ns=? ORDER BY id DESC LIMIT ?", (ns, limit))
-        return [{"id": int(i), "at": at, "op": op, **json.loads(detail)} for i, at, op, detail in rows]
+        """The namespace's changes, newest first. The history stores no user-given id (ids can carry user text): an
+        add records its turns' log positions, named here by the ids of those still in the log; deleted ones are
+        only counted ("redacted"). Entries of older versions that kept ids show the surviving ones the same way."""
+        with self.snapshot():
+            rows = self._read("SELECT id, at, op, detail FROM history WHERE ns=? ORDER BY id DESC LIMIT ?", (ns, limit))
+            entries = [{"id": int(i), "at": at, "op": op, **json.loads(detail)} for i, at, op, detail in rows]
+            alive = self.turn_ids_for_seqs(ns, sorted({int(q) for e in entries for q in e.get("seqs", ())}))
+            named = set(self.seqs_of(ns, [str(t) for e in entries if "seqs" not in e for t in e.get("turn_ids", ())]))
+        for entry in entries:
+            if "seqs" in entry:
+                seqs = [int(q) for q in entry.pop("seqs")]
+                ids = [alive[q] for q in seqs if q in alive]
+            elif isinstance(entry.get("turn_ids"), list):
+                seqs, ids = entry["turn_ids"], [t for t in entry["turn_ids"] if t in named]
+                if entry["op"] in ("delete", "delete_session"):
+                    entry.pop("session_id", None)
+            else:
+                continue
+            entry["turn_ids"] = ids
+            if len(seqs) > len(ids):
+                entry["redacted"] = len(seqs) - len(ids)
+        return entries
 
     def _log(self, c: Any, ns: int | None, op: str, detail: dict[str, Any]) -> None:
         self._run(
@@ -197,36 +216,13 @@ class SQLStore(SQLState):
                 seqs = list(self.seqs_of(ns, list(turn_ids or [])).values())
             if not seqs:
                 return 0
-            deleted_ids = self.turn_ids_for_seqs(ns, seqs)
             self._forget(c, ns, seqs)
             for test, params in self._in(seqs):
                 self._run(c, f"DELETE FROM turns WHERE +ns=? AND seq {test}", (ns, *params))
-            self._redact_history(c, ns, deleted_ids.values())
             # The record of the deletion names no turn or session (ids can carry user text): only how many went.
             self._log(c, ns, "delete_session" if session_id is not None else "delete", {"turns": len(seqs)})
             self._forgot(TURN_DELETE_TABLES)
         return len(seqs)
-
-    def _redact_history(self, c: Any, ns: int, turn_ids: Iterable[str]) -> None:
-        """History rows that named deleted turns lose those ids (counted in "redacted" instead)."""
-        gone = set(turn_ids)
-        needles = [json.dumps(t, ensure_ascii=False) for t in sorted(gone)]
-        found: dict[int, str] = {}
-        for start in range(0, len(needles), 100):  # only rows whose JSON holds one of the ids, as it was written
-            part = needles[start : start + 100]
-            test = " OR ".join([self._contains("detail")] * len(part))
-            for row_id, detail in self._run(
-                c, f"SELECT id, detail FROM history WHERE ns=? AND ({test})", (ns, *part)
-            ).fetchall():
-                found[int(row_id)] = detail
-        for row_id, detail in sorted(found.items()):
-            entry = json.loads(detail)
-            ids = entry.get("turn_ids")
-            if not isinstance(ids, list) or not gone.intersection(ids):
-                continue
-            entry["turn_ids"] = [t for t in ids if t not in gone]
-            entry["redacted"] = int(entry.get("redacted", 0)) + len(ids) - len(entry["turn_ids"])
-            self._run(c, "UPDATE history SET detail=? WHERE id=?", (json.dumps(entry, ensure_ascii=False), row_id))
 
     def _forget(self, c: Any, ns: int, seqs: Sequence[int]) -> None:
         """Remove the derived rows that depend on the turns `seqs`; items that also cite surviving turns are

@@ -96,11 +96,6 @@ class SQLDialect:
             (ns, ns),
         )
 
-    @staticmethod
-    def _contains(column: str) -> str:
-        """A test that `column` holds the parameter's text as a substring (no LIKE: ids are data)."""
-        return f"instr({column}, ?) > 0"
-
     def _namespace_dropped(self, c: Any, ns: int) -> None:
         """Called in the transaction that deletes a namespace, before its row goes: the dialect's own rows."""
 
