@@ -138,8 +138,11 @@ def bulk_load(memory: Memory, n: int, batch: int = 2000) -> None:
     from cuemem.store.base import NewItem, text_hash
     from cuemem.types import Turn
 
-    store = memory.store
+    store: Any = memory.store
     ns = store.namespace_id(memory.namespace("bench"), create=True)
+    build = getattr(store, "_maybe_index", None)
+    if build is not None:  # the HNSW index is built once after the load (inserting into it is slow)
+        store._maybe_index = lambda *a, **k: None
     hybrid = memory._engine("hybrid")
     store.declare(hybrid.derived)
     for lo in range(0, n, batch):
@@ -154,6 +157,10 @@ def bulk_load(memory: Memory, n: int, batch: int = 2000) -> None:
             memory.embedder.name,
             [(ids[t.id], text_hash(t.text), v) for t, v in zip(added, vectors, strict=True)],
         )
+    if build is not None:
+        del store._maybe_index
+        with store._write() as c:
+            build(c, ns, "turn", memory.embedder.name, memory.embedder.dim)
 
 
 def pg_cost(sizes: list[int]) -> list[dict[str, Any]]:
