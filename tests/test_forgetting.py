@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import ClassVar
@@ -372,12 +373,13 @@ def quick_scrub(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scrub, "POSTGRES_SCRUB_AFTER_S", SCRUB_DELAY_S)
 
 
-def remembered_everywhere(memory: Memory, root: Path, secret: str) -> None:
-    """Add the secret (and company) for alice, find it with every engine, and see its bytes in the store's files."""
+def remembered_everywhere(memory: Memory, root: Path, secret: str, engines: Sequence[str] = ENGINES) -> None:
+    """Add the secret (and company) for alice, find it with `engines` (all: each keeps derived copies of the
+    text), and see its bytes in the store's files."""
     memory.add(ORDINARY, user_id="alice", session_id="s1")
     memory.add(secret_turns(secret), user_id="alice", session_id="sx")
     memory.add(BOB, user_id="bob", session_id="s1")
-    for engine in ENGINES:
+    for engine in engines:
         hits = memory.search(QUESTION, user_id="alice", k=50, budget_tokens=100_000, engine=engine).hits
         assert any(secret in h.text for h in hits), f"{engine} should find the secret before the delete"
     if on_postgres():
@@ -417,7 +419,7 @@ def test_an_http_delete_reaches_the_disk_without_a_checkpoint(tmp_path: Path, qu
 
     secret = make_secret(request)
     with open_memory(tmp_path / "mem.db", "hybrid") as memory:
-        remembered_everywhere(memory, tmp_path, secret)
+        remembered_everywhere(memory, tmp_path, secret, ["hybrid"])  # every engine: the library test above
         ring = KeyRing(tmp_path / "mem.db.keys")
         token = ring.create(user_id="alice")[1]
         app = create_app(memory, ring, Limits(rate=0), mcp=False)
@@ -441,7 +443,7 @@ def test_a_cli_delete_leaves_nothing_when_the_command_exits(tmp_path: Path, requ
 
     secret = make_secret(request)
     with open_memory(tmp_path / "mem.db", "hybrid") as memory:
-        remembered_everywhere(memory, tmp_path, secret)
+        remembered_everywhere(memory, tmp_path, secret, ["hybrid"])
         target = str(memory.settings.db)
         result = CliRunner().invoke(app, ["--db", target, "--embedder", "hashing", "delete", "-u", "alice", "secret"])
         assert result.exit_code == 0, result.output
