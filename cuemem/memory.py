@@ -58,7 +58,9 @@ class Memory:
         self.settings = replace(settings) if settings is not None else Settings.load(db=path, engine=name, **overrides)
         self.settings.db = as_target(path) if settings is not None and path is not None else self.settings.db
         self.settings.engine = name if settings is not None and name is not None else self.settings.engine
-        store: Store = open_store(self.settings.db, read_only=read_only)
+        # the scrub after deletes (cuemem/store/scrub.py): the setting when there is one, else the store's default
+        scrub_after_s = getattr(self.settings, "scrub_after_s", None)
+        store: Store = open_store(self.settings.db, read_only=read_only, scrub_after_s=scrub_after_s)
         self.engine: BaseEngine = instance if instance is not None else get_engine(self.settings.engine)
         self._embedder = embedder
         self._llm = llm
@@ -281,7 +283,8 @@ class Memory:
 
     def checkpoint(self) -> None:
         """Fold the write-ahead log into the store file and truncate it: after a delete, no page of the deleted
-        turns is left in either file (freed pages are zeroed: secure_delete)."""
+        turns is left in either file (freed pages are zeroed: secure_delete). Every delete schedules this by
+        itself (docs/guarantees.md); calling it scrubs now."""
         self.store.checkpoint()
 
     def derived_state(self, *, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> dict[str, Any]:

@@ -38,10 +38,11 @@ def display_target(target: str | Path) -> str:
     return redact(str(target)) if is_dsn(str(target)) else str(target)
 
 
-def open_store(target: str | Path, *, read_only: bool = False) -> Store:
-    """The store a target names: `postgresql://…` opens PostgreSQL (pgvector), anything else a SQLite file."""
+def open_store(target: str | Path, *, read_only: bool = False, scrub_after_s: float | None = None) -> Store:
+    """The store a target names: `postgresql://…` opens PostgreSQL (pgvector), anything else a SQLite file.
+    `scrub_after_s`: seconds from a delete to the scrub of its bytes from the files (None: the store's default)."""
     if is_dsn(str(target)):
         from .postgres import PostgresStore
 
-        return PostgresStore(str(target), read_only=read_only)
-    return SQLiteStore(target, read_only=read_only)
+        return PostgresStore(str(target), read_only=read_only, scrub_after_s=scrub_after_s)
+    return SQLiteStore(target, read_only=read_only, scrub_after_s=scrub_after_s)

@@ -28,6 +28,7 @@ from typing import Any
 
 from ..config import is_dsn, redact
 from ..errors import StoreError
+from . import scrub
 from .postgres_schema import (
     INIT_LOCK,
     MIGRATIONS,
@@ -96,7 +97,10 @@ class PostgresStore(PgVectors):
         timeout: float = 10.0,
         pool_size: int = 8,
         hnsw_threshold: int = HNSW_THRESHOLD,
+        scrub_after_s: float | None = None,
     ) -> None:
+        """`scrub_after_s`: seconds from a delete's commit to the VACUUM FULL of the tables that held its rows
+        (scrub.py; default POSTGRES_SCRUB_AFTER_S)."""
         if psycopg is None:
             raise StoreError(
                 "a PostgreSQL store needs the optional extra `postgres`: pip install 'cuemem[postgres]'"
@@ -138,6 +142,9 @@ class PostgresStore(PgVectors):
             self._pool.close()
             raise StoreError(f"cannot connect to {self.path}: no connection within {timeout:g} s") from exc
         self._salt = bytes.fromhex(self._query("SELECT value FROM meta WHERE key='salt'")[0][0])
+        if not read_only:
+            delay = scrub.POSTGRES_SCRUB_AFTER_S if scrub_after_s is None else scrub_after_s
+            self._scrubber = scrub.Scrubber(self._scrub, delay, self.path)
 
     # ------------------------------------------------------------------ opening
     def _connect(self) -> Any:
@@ -221,6 +228,9 @@ class PostgresStore(PgVectors):
 
     # ------------------------------------------------------------------ connections and transactions
     def close(self) -> None:
+        """Run a pending scrub (a delete's rows leave the table files before the process may exit), then close."""
+        if self._scrubber is not None:
+            self._scrubber.close()
         self._pool.close()
 
     def _unavailable(self, exc: BaseException, doing: str) -> StoreError:
@@ -347,6 +357,7 @@ class PostgresStore(PgVectors):
                 yield conn
             except BaseException as exc:
                 self._hnsw.clear()
+                self._rolled_back()
                 with suppress(psycopg.Error):
                     conn.execute("ROLLBACK")
                 if isinstance(exc, psycopg.Error):
@@ -356,6 +367,7 @@ class PostgresStore(PgVectors):
                 conn.execute("COMMIT")
             except psycopg.Error as exc:
                 self._hnsw.clear()
+                self._rolled_back()  # (or lost with the connection: the scrub is not scheduled; a retry would be)
                 if conn.broken or conn.closed:  # lost with the COMMIT sent: the server may have committed first
                     raise StoreError(
                         f"PostgreSQL at {self.path} is unavailable: {_first_line(exc)}; the connection"
@@ -367,6 +379,7 @@ class PostgresStore(PgVectors):
         finally:
             bound.conn, bound.writing, bound.depth = None, False, 0
             self._putconn(conn)
+        self._committed()
 
     def _failed(self, exc: psycopg.Error) -> StoreError:
         """The error a failed write reports; the transaction was undone, so what was stored before is intact."""
@@ -429,14 +442,31 @@ class PostgresStore(PgVectors):
         freed disk blocks, old WAL segments, replicas or backups are wiped: that is the operator's (README)."""
         if self.read_only:
             return
+        self._vacuum_full(TEXT_TABLES, self.timeout)
+        if self._scrubber is not None:
+            self._scrubber.done()
+
+    def _vacuum_full(self, tables: Iterable[str], lock_timeout: float) -> set[str]:
+        """VACUUM FULL of `tables` (in TEXT_TABLES' order), then CHECKPOINT; returns the tables whose new file
+        still holds dead rows, because a transaction older than the delete may still see them (they are copied
+        over: scrub them again once it ended)."""
+        held: set[str] = set()
+        kept = re.compile(r"(\d+) dead row versions cannot be removed yet")
+
+        def notice(diag: Any) -> None:
+            found = kept.search(f"{diag.message_primary or ''} {diag.message_detail or ''}")
+            if found and int(found.group(1)) > 0:
+                held.add(table)
+
         conn = self._getconn()
+        conn.add_notice_handler(notice)
         table = ""
         try:
             # VACUUM FULL needs each table to itself: waiting without end behind another session's open transaction
-            # would also queue every read of that table behind it. Give up after `timeout` and say so.
-            conn.execute(f"SET lock_timeout = {max(1, int(self.timeout * 1000))}")
-            for table in TEXT_TABLES:
-                conn.execute(f"VACUUM FULL {SCHEMA}.{table}")
+            # would also queue every read of that table behind it. Give up after `lock_timeout` and say so.
+            conn.execute(f"SET lock_timeout = {max(1, int(lock_timeout * 1000))}")
+            for table in [t for t in TEXT_TABLES if t in set(tables)]:
+                conn.execute(f"VACUUM (FULL, VERBOSE) {SCHEMA}.{table}")
             with suppress(psycopg.errors.InsufficientPrivilege):
                 conn.execute("CHECKPOINT")
         except psycopg.errors.LockNotAvailable as exc:
@@ -449,9 +479,17 @@ class PostgresStore(PgVectors):
         except psycopg.Error as exc:
             raise StoreError(f"cannot checkpoint {self.path}: {_first_line(exc)}") from exc
         finally:
+            conn.remove_notice_handler(notice)
             with suppress(psycopg.Error):
                 conn.execute("RESET lock_timeout")
             self._putconn(conn)
+        return held
+
+    def _scrub(self, tables: set[str], wait: bool) -> set[str]:
+        """The scrub after a delete (scrub.py): VACUUM FULL of the tables that held deleted rows. In the background
+        a table lock is waited for 1 s at most (a VACUUM FULL queued behind a long reader would stall every query
+        of the table meanwhile); a blocked or partial scrub is retried."""
+        return self._vacuum_full(tables, self.timeout if wait else min(1.0, self.timeout))
 
     # ------------------------------------------------------------------ the dialect (sql_dialect.py)
     def _sql(self, sql: str) -> str:

@@ -22,6 +22,10 @@ from .sql_state import SQLState
 
 # Every derived table keyed by namespace; items' dependants (links, vectors, labels) cascade through foreign keys.
 DERIVED_TABLES = ("items", "kv", "embed_cache", "llm_calls", "watermarks")
+# The tables a delete of turns removes (or rewrites) rows of that may hold their text: what its scrub rewrites
+# (scrub.py); a deleted namespace's row goes too.
+TURN_DELETE_TABLES = ("turns", "items", "item_turns", "vectors", "labels", "kv", "embed_cache", "llm_calls", "history")
+NAMESPACE_DELETE_TABLES = (*TURN_DELETE_TABLES, "namespaces")
 
 
 class SQLStore(SQLState):
@@ -93,8 +97,8 @@ class SQLStore(SQLState):
                     result.added.append(turn)
                 else:
                     result.skipped.append(turn.id)
-            if result.added:
-                self._log(c, ns, "add", {"turn_ids": [t.id for t in result.added], "skipped": len(result.skipped)})
+            if result.added:  # log positions, not ids: history() names the turns that are still there
+                self._log(c, ns, "add", {"seqs": [t.seq for t in result.added], "skipped": len(result.skipped)})
         return result
 
     def _row_to_turn(self, row: tuple[Any, ...], namespace: Namespace | None) -> Turn:
@@ -170,9 +174,28 @@ class SQLStore(SQLState):
         return out
 
     def history(self, ns: int, limit: int = 100) -> list[dict[str, Any]]:
-        """The namespace's changes, newest first."""
-        rows = self._read("SELECT id, at, op, detail FROM history WHERE ns=? ORDER BY id DESC LIMIT ?", (ns, limit))
-        return [{"id": int(i), "at": at, "op": op, **json.loads(detail)} for i, at, op, detail in rows]
+        """The namespace's changes, newest first. The history stores no user-given id (ids can carry user text): an
+        add records its turns' log positions, named here by the ids of those still in the log; deleted ones are
+        only counted ("redacted"). Entries of older versions that kept ids show the surviving ones the same way."""
+        with self.snapshot():
+            rows = self._read("SELECT id, at, op, detail FROM history WHERE ns=? ORDER BY id DESC LIMIT ?", (ns, limit))
+            entries = [{"id": int(i), "at": at, "op": op, **json.loads(detail)} for i, at, op, detail in rows]
+            alive = self.turn_ids_for_seqs(ns, sorted({int(q) for e in entries for q in e.get("seqs", ())}))
+            named = set(self.seqs_of(ns, [str(t) for e in entries if "seqs" not in e for t in e.get("turn_ids", ())]))
+        for entry in entries:
+            if "seqs" in entry:
+                seqs = [int(q) for q in entry.pop("seqs")]
+                ids = [alive[q] for q in seqs if q in alive]
+            elif isinstance(entry.get("turn_ids"), list):
+                seqs, ids = entry["turn_ids"], [t for t in entry["turn_ids"] if t in named]
+                if entry["op"] in ("delete", "delete_session"):
+                    entry.pop("session_id", None)
+            else:
+                continue
+            entry["turn_ids"] = ids
+            if len(seqs) > len(ids):
+                entry["redacted"] = len(seqs) - len(ids)
+        return entries
 
     def _log(self, c: Any, ns: int | None, op: str, detail: dict[str, Any]) -> None:
         self._run(
@@ -193,12 +216,12 @@ class SQLStore(SQLState):
                 seqs = list(self.seqs_of(ns, list(turn_ids or [])).values())
             if not seqs:
                 return 0
-            deleted_ids = self.turn_ids_for_seqs(ns, seqs)
             self._forget(c, ns, seqs)
             for test, params in self._in(seqs):
                 self._run(c, f"DELETE FROM turns WHERE +ns=? AND seq {test}", (ns, *params))
-            op = "delete_session" if session_id is not None else "delete"
-            self._log(c, ns, op, {"turn_ids": sorted(deleted_ids.values()), "session_id": session_id})
+            # The record of the deletion names no turn or session (ids can carry user text): only how many went.
+            self._log(c, ns, "delete_session" if session_id is not None else "delete", {"turns": len(seqs)})
+            self._forgot(TURN_DELETE_TABLES)
         return len(seqs)
 
     def _forget(self, c: Any, ns: int, seqs: Sequence[int]) -> None:
@@ -263,6 +286,7 @@ class SQLStore(SQLState):
             self._run(c, "DELETE FROM namespaces WHERE id=?", (ns,))
             # The record of the deletion names no user: only that a namespace and how many turns went.
             self._log(c, None, "delete_namespace", {"turns": count})
+            self._forgot(NAMESPACE_DELETE_TABLES)
         return count
 
     def clear_derived(self, ns: int) -> None:

@@ -19,6 +19,7 @@ from typing import Any, NoReturn, Self
 import numpy as np
 
 from ..errors import StoreError
+from .scrub import Scrubber
 
 CHUNK = 500  # values per `IN (…)` list
 
@@ -28,6 +29,8 @@ class SQLDialect:
 
     read_only: bool
     _salt: bytes
+    _scrubber: Scrubber | None = None  # the scrub after deletes (scrub.py); None for in-memory or read-only stores
+    _unscrubbed: set[str] | None = None  # tables the open write transaction deleted from, scrubbed once it commits
 
     # ------------------------------------------------------------------ the dialect
     def _write(self) -> AbstractContextManager[Any]:
@@ -95,6 +98,26 @@ class SQLDialect:
 
     def _namespace_dropped(self, c: Any, ns: int) -> None:
         """Called in the transaction that deletes a namespace, before its row goes: the dialect's own rows."""
+
+    # ------------------------------------------------------------------ the scrub after deletes (scrub.py)
+    def _forgot(self, tables: Iterable[str]) -> None:
+        """Called inside the write transaction of a delete: once it commits, `tables` are scrubbed."""
+        if self._scrubber is not None:
+            self._unscrubbed = (self._unscrubbed or set()) | set(tables)
+
+    def _committed(self) -> None:
+        """The outermost write transaction committed: schedule the scrub of what its deletes left in the files."""
+        tables, self._unscrubbed = self._unscrubbed, None
+        if tables and self._scrubber is not None:
+            self._scrubber.schedule(tables)
+
+    def _rolled_back(self) -> None:
+        """The outermost write transaction was undone: nothing of it was deleted."""
+        self._unscrubbed = None
+
+    def scrub_pending(self) -> bool:
+        """Whether a delete is still waiting for its scrub (its bytes may still be in the store's files)."""
+        return self._scrubber is not None and self._scrubber.pending
 
     # ------------------------------------------------------------------ plumbing
     @staticmethod

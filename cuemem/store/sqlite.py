@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import StoreError
+from . import scrub
 from .base import AppendResult, Item, NewItem, text_hash
 from .sql import DERIVED_TABLES, SQLStore
 from .vectors import DenseIndex
@@ -189,7 +190,11 @@ MIGRATIONS = {1: _migrate_1_to_2}
 class SQLiteStore(SQLStore):
     """Durable log of raw turns plus derived tables, per namespace; safe to share between threads and processes."""
 
-    def __init__(self, path: str | Path, *, read_only: bool = False, timeout: float = 30.0) -> None:
+    def __init__(
+        self, path: str | Path, *, read_only: bool = False, timeout: float = 30.0, scrub_after_s: float | None = None
+    ) -> None:
+        """`scrub_after_s`: seconds from a delete's commit to the checkpoint that takes its bytes out of the
+        write-ahead log (scrub.py; default SQLITE_SCRUB_AFTER_S)."""
         self.path = Path(path)
         self.read_only = read_only
         self._timeout = timeout
@@ -233,6 +238,9 @@ class SQLiteStore(SQLStore):
         except StoreError:
             self._conn.close()
             raise
+        if not memory and not read_only:
+            delay = scrub.SQLITE_SCRUB_AFTER_S if scrub_after_s is None else scrub_after_s
+            self._scrubber = scrub.Scrubber(self._scrub, delay, str(self.path))
 
     def _open(self) -> None:
         """Check what the file is; create, migrate or refuse it. Reads only, unless it is new or old."""
@@ -313,6 +321,9 @@ class SQLiteStore(SQLStore):
 
     # ------------------------------------------------------------------ connections and transactions
     def close(self) -> None:
+        """Run a pending scrub (a delete's bytes leave the log before the process may exit), then close."""
+        if self._scrubber is not None:
+            self._scrubber.close()
         with self._lock:
             self._conn.close()
         with self._read_lock:
@@ -361,6 +372,7 @@ class SQLiteStore(SQLStore):
                 self._depth = depth
                 if depth == 0:
                     self._owner = None
+                    self._rolled_back()
                 with self._vec_lock:
                     self._vectors.clear()  # matrices may hold rows that are being rolled back
                 conn = self._conn
@@ -374,11 +386,13 @@ class SQLiteStore(SQLStore):
             try:
                 self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
+                self._rolled_back()
                 with self._vec_lock:
                     self._vectors.clear()
                 with suppress(sqlite3.Error):
                     self._conn.execute("ROLLBACK")
                 raise self._write_failed(exc) from exc
+            self._committed()
 
     def _write_failed(self, exc: sqlite3.Error) -> StoreError:
         """The error a failed write reports: the real cause (a full disk above all), never the failed rollback
@@ -410,16 +424,36 @@ class SQLiteStore(SQLStore):
         """Copy the write-ahead log into the main file and truncate it (after a delete: no old page survives)."""
         if self.read_only or str(self.path) == ":memory:":
             return
-        with self._lock:
-            try:
-                busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            except sqlite3.OperationalError as exc:
-                raise StoreError(f"cannot checkpoint {self.path}: {exc}") from exc
-        if busy:
+        if self._truncate_wal(wait=True):
             raise StoreError(
                 f"{self.path}: another connection is reading, so the write-ahead log could not be truncated yet;"
                 " retry the checkpoint when it is done (until then, deleted pages may remain in the log)"
             )
+        if self._scrubber is not None:
+            self._scrubber.done()
+
+    def _truncate_wal(self, *, wait: bool) -> bool:
+        """PRAGMA wal_checkpoint(TRUNCATE) on the writing connection (between transactions: it holds the writer
+        lock); True when a reader kept it from finishing. Without `wait`, readers are waited for 50 ms only, so
+        the background scrub never holds the writer lock for long."""
+        with self._lock:
+            try:
+                if not wait:
+                    self._conn.execute("PRAGMA busy_timeout=50")
+                try:
+                    busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                finally:
+                    if not wait:
+                        self._conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot checkpoint {self.path}: {exc}") from exc
+        return bool(busy)
+
+    def _scrub(self, tables: set[str], wait: bool) -> set[str]:
+        """The scrub after a delete (scrub.py): the write-ahead log, which still holds the pages as they were
+        before the delete, is folded into the main file (whose freed bytes secure_delete zeroed) and truncated."""
+        busy = self._truncate_wal(wait=wait)
+        return (tables or {"wal"}) if busy else set()
 
     # ------------------------------------------------------------------ exact vector search
     def vector_search(self, ns: int, space: str, model: str, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
