@@ -122,6 +122,9 @@ class Settings:
     # The engines a `cuemem serve` request may name besides `engine`, comma-separated: "" = every registered engine
     # by its name (no "name[field=value]" variants), "*" = any engine or variant (`cuemem serve --allow-engine`).
     allowed_engines: str = ""
+    # Seconds from an acknowledged delete until the store scrubs the deleted bytes from its files (SQLite: a WAL
+    # checkpoint; PostgreSQL: VACUUM FULL of the tables that held them); None = the store's default (1 s / 30 s).
+    scrub_after_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("embed_batch_size", "max_turn_bytes", "rrf_k", "k", "llm_concurrency", "answer_budget"):
@@ -140,6 +143,8 @@ class Settings:
             raise CuememError(f"setting embed_dim must be >= 0 (0 = the model's full size), got {self.embed_dim}")
         if self.rrf_dense_weight < 0 or (self.rrf_bm25_weight < 0 and self.rrf_bm25_weight != -1):
             raise CuememError("fusion weights must be >= 0 (rrf_bm25_weight -1 = the embedder's measured default)")
+        if self.scrub_after_s is not None and not 0 <= self.scrub_after_s <= 3600:
+            raise CuememError(f"setting scrub_after_s must be between 0 and 3600 seconds, got {self.scrub_after_s}")
         if self.embed_timeout <= 0:
             raise CuememError(f"setting embed_timeout must be > 0, got {self.embed_timeout}")
         try:

@@ -58,9 +58,8 @@ class Memory:
         self.settings = replace(settings) if settings is not None else Settings.load(db=path, engine=name, **overrides)
         self.settings.db = as_target(path) if settings is not None and path is not None else self.settings.db
         self.settings.engine = name if settings is not None and name is not None else self.settings.engine
-        # the scrub after deletes (cuemem/store/scrub.py): the setting when there is one, else the store's default
-        scrub_after_s = getattr(self.settings, "scrub_after_s", None)
-        store: Store = open_store(self.settings.db, read_only=read_only, scrub_after_s=scrub_after_s)
+        # the scrub after deletes (cuemem/store/scrub.py): the setting, else (None) the store's default
+        store: Store = open_store(self.settings.db, read_only=read_only, scrub_after_s=self.settings.scrub_after_s)
         self.engine: BaseEngine = instance if instance is not None else get_engine(self.settings.engine)
         self._embedder = embedder
         self._llm = llm
