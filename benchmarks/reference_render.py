@@ -43,7 +43,9 @@ TOPICS = {  # docs/benchmarks/<page>.md: what each holds
     "scale": "SQLite and PostgreSQL at 10k / 100k / 1M turns, HNSW recall, BM25 at scale, migration, "
     "the foundation's ingest and search cost",
     "serving": "the HTTP server under load and kill -9 (one SQLite server; two servers on PostgreSQL), "
-    "the memory agent",
+    "hostile load (one key flooding, engine variants, a 50 MB import), the memory agent",
+    "forgetting": "a delete reaching the disk: seconds from an acknowledged delete until no byte of the text is in "
+    "the store's files, the cost of PostgreSQL's scrub",
     "suite": "the test suite's run time",
     "decisions": "why these backends (own BM25, numpy vectors) and the tuning decisions measured along the way",
     "harness": "`cuemem bench`: results.json's schema, the metrics, checkpoints",
