@@ -52,7 +52,8 @@ def store_bytes(db: str) -> int:
 
 
 def flood(url: str, flooder: str, other: str, n: int, probe_seconds: float) -> dict[str, Any]:
-    """`n` answers at once from one key while another key's search and /healthz are timed."""
+    """`n` answers at once from one key while another key's search and /healthz are timed (n = 0: no flood, the
+    same probes on the idle server)."""
     statuses: Counter[int] = Counter()
     refusal_seconds: list[float] = []
     probes: dict[str, list[float]] = {"healthz": [], "other_search": []}
@@ -84,7 +85,7 @@ def flood(url: str, flooder: str, other: str, n: int, probe_seconds: float) -> d
                 time.sleep(0.1)
 
     prober = threading.Thread(target=probe, daemon=True)
-    with ThreadPoolExecutor(n) as pool:
+    with ThreadPoolExecutor(max(1, n)) as pool:
         futures = [pool.submit(ask, i) for i in range(n)]
         time.sleep(0.3)
         prober.start()
@@ -147,6 +148,7 @@ def main() -> int:
                 ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
             ).stdout.strip(),
             "date": time.strftime("%Y-%m-%d"),
+            "idle": flood(url, maya, other, 0, min(10.0, args.probe_seconds)),
             "flood": flood(url, maya, other, args.flood, args.probe_seconds),
             "variants": variants(url, maya, db, args.variants),
         }
@@ -171,10 +173,13 @@ def as_result(raw: dict[str, Any]) -> dict[str, Any]:
     ms = [("p50", "p50 ms"), ("p95", "p95 ms"), ("p99", "p99 ms"), ("n", "requests")]
     columns = [{"key": "what", "label": "while one key floods answers", "format": "", "align": "l"}]
     columns += [{"key": key, "label": label, "format": "d" if key == "n" else ".0f", "align": "r"} for key, label in ms]
+    idle = raw["idle"]
     rows = [
         {"what": "/healthz", **f["healthz_ms"]},
         {"what": "another key's search", **f["other_search_ms"]},
         {"what": "the flood's refusals (429/503)", **f["refusal_ms"]},
+        {"what": "(no flood) /healthz", **idle["healthz_ms"]},
+        {"what": "(no flood) a search", **idle["other_search_ms"]},
     ]
     statuses = ", ".join(f"{n} × {code}" for code, n in f["flood_statuses"].items())
     return {

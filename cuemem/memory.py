@@ -18,7 +18,7 @@ from .answer import ABSTAIN, read
 from .config import Settings
 from .embed import make_embedder
 from .embed.base import Embedder
-from .engines import BaseEngine, Engine, EngineContext, as_engine, get_engine
+from .engines import BaseEngine, Engine, EngineContext, as_engine, available_engines, get_engine
 from .errors import TurnNotFoundError
 from .forgetting import Forgetting
 from .formats import ImportReport
@@ -322,6 +322,16 @@ class Memory:
     ) -> int:
         """Drop derived indexes and rebuild them from the raw log (one namespace, or all when no user_id)."""
         return self._forgetting.reindex(self._indexer.targets(user_id, agent_id, run_id), progress)
+
+    def gc(self, keep: Iterable[str] | None = None, *, dry_run: bool = False) -> dict[str, int]:
+        """Drop the derived state of engines nobody uses (issue 33): every owner in the store but the memory's
+        engine and `keep` (default: every registered engine by its name, so "name[field=value]" variants go).
+        Returns {owner: items dropped}; with `dry_run`, the owners that would go (0 items counted)."""
+        kept = {self.engine.name, *(keep if keep is not None else available_engines())}
+        gone = [owner for owner in self.store.derived_owners() if owner not in kept]
+        if dry_run:
+            return dict.fromkeys(gone, 0)
+        return {owner: self.store.drop_derived_owner(owner) for owner in gone}
 
     # ------------------------------------------------------------------ typed records (engine `profile`)
     def profile(

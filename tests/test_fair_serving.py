@@ -163,3 +163,36 @@ def test_model_mode_searches_run_in_the_model_lane(tmp_path: Path) -> None:
     assert state.lane_for("GET", "/healthz", None) is None and state.lane_for("GET", "/metrics", None) is None
     memory.close()
     ring.close()
+
+
+def test_gc_drops_the_derived_state_of_variants_nobody_uses(tmp_path: Path) -> None:
+    """`cuemem gc`: a variant's derived state goes (its items, state, watermarks, declaration), the engines in use
+    keep theirs, the log stays, and the variant rebuilds from the log if it is named again."""
+    from typer.testing import CliRunner
+
+    from cuemem.cli import app
+
+    path = tmp_path / "gc.db"
+    with open_memory(path, "hybrid") as memory:
+        memory.add(["The hotel is close to the river.", "We booked the train for Friday."], user_id="u")
+        memory.search("hotel", user_id="u")
+        variant = "episodic[window=200]"
+        assert memory.search("hotel", user_id="u", engine=variant).hits
+        before = memory.derived_state(user_id="u")
+        assert memory.gc(dry_run=True) == {variant: 0}
+        assert memory.store.derived_owners() == sorted(["hybrid", variant])
+        dropped = memory.gc()
+        assert list(dropped) == [variant] and dropped[variant] > 0
+        assert memory.store.derived_owners() == ["hybrid"] and memory.gc() == {}
+        after = memory.derived_state(user_id="u")
+        assert after != before and len(memory.turns(user_id="u")) == 2
+        assert memory.search("hotel", user_id="u").turn_ids  # the engine in use kept its index
+        assert memory.search("hotel", user_id="u", engine=variant).hits  # rebuilt from the log when named again
+        assert memory.gc(keep=["hybrid", variant]) == {}
+        target = str(memory.settings.db)
+    r = CliRunner().invoke(app, ["--db", target, "gc", "--dry-run"])
+    assert r.exit_code == 0 and "would drop episodic[window=200]" in r.output, r.output
+    r = CliRunner().invoke(app, ["--db", target, "gc"])
+    assert r.exit_code == 0 and "dropped episodic[window=200]" in r.output, r.output
+    r = CliRunner().invoke(app, ["--db", target, "gc"])
+    assert r.exit_code == 0 and "nothing to drop" in r.output, r.output

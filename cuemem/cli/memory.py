@@ -285,6 +285,24 @@ def reindex(
 
 @app.command()
 @handles_errors
+def gc(
+    keep: Annotated[
+        list[str] | None,
+        typer.Option(help="An engine whose derived state stays (repeat it). Default: every registered engine."),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would go.")] = False,
+) -> None:
+    """Drop the derived state of engines nobody uses (variants such as episodic[window=512]); the log stays."""
+    with open_memory(existing=True) as memory:
+        gone = memory.gc(keep, dry_run=dry_run)
+    if not gone:
+        say("nothing to drop: every engine with derived state is in use")
+    for owner, items in gone.items():
+        say(f"would drop {owner}" if dry_run else f"dropped {owner} ({plural(items, 'item')})")
+
+
+@app.command()
+@handles_errors
 def history(user_id: UserOpt, agent_id: AgentOpt = None, run_id: RunOpt = None, limit: int = 20) -> None:
     """Show the namespace's recent changes as JSON lines."""
     with open_memory(read_only=True) as memory:

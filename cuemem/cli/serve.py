@@ -118,6 +118,14 @@ def serve(
     mcp: Annotated[bool, typer.Option("--mcp/--no-mcp", help="Serve MCP (streamable HTTP) at /mcp.")] = True,
     agent_policy: Annotated[str, typer.Option(help="The chat agent's tool choice: guided, model, rules.")] = "guided",
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    access_log: Annotated[
+        bool,
+        typer.Option(
+            "--access-log/--no-access-log",
+            help="uvicorn's access log (off by default: its URLs carry turn and session ids, which may hold user"
+            " text and would outlive a delete).",
+        ),
+    ] = False,
 ) -> None:
     """Serve memory over HTTP: REST under /v1 (API keys), /healthz, /metrics, MCP at /mcp, the browser page at /."""
     import uvicorn
@@ -155,7 +163,7 @@ def serve(
     where = display_target(memory.settings.db)
     say(f"cuemem serving {where} (engine {memory.engine.name}) on http://{host}:{port}/", to=err)
     try:
-        uvicorn.run(application, host=host, port=port, log_level=log_level)
+        uvicorn.run(application, host=host, port=port, log_level=log_level, access_log=access_log)
     finally:
         memory.close()
         ring.close()

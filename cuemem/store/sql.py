@@ -297,6 +297,28 @@ class SQLStore(SQLState):
             self._bump_epoch(c, ns)
             self._log(c, ns, "reindex", {})
 
+    def derived_owners(self) -> list[str]:
+        """The owners (engines, variants) that have declared derived state in this store."""
+        return sorted({str(o) for (o,) in self._read("SELECT DISTINCT owner FROM derived_specs", ())})
+
+    def drop_derived_owner(self, owner: str) -> int:
+        """Every namespace's derived state of one owner nobody uses (issue 33, `cuemem gc`): its items in spaces no
+        other owner declares, its engine state, its watermarks and its declaration; the log stays, and the owner
+        rebuilds from it if it is used again. Returns how many items went."""
+        with self._write() as c:
+            specs = self._run(c, "SELECT owner, space FROM derived_specs").fetchall()
+            spaces = sorted({s for o, s in specs if o == owner} - {s for o, s in specs if o != owner})
+            dropped = 0
+            for test, params in self._in(spaces):
+                dropped += max(0, self._run(c, f"DELETE FROM items WHERE space {test}", params).rowcount)
+            self._run(c, "DELETE FROM kv WHERE engine=?", (owner,))
+            self._run(c, f"DELETE FROM watermarks WHERE {self._OWNER_KEYS}", (owner, owner, owner))
+            self._run(c, "DELETE FROM derived_specs WHERE owner=?", (owner,))
+            if dropped:
+                for (ns,) in self._run(c, "SELECT id FROM namespaces").fetchall():
+                    self._bump_epoch(c, int(ns))  # in-memory indexes of every process rebuild without those items
+        return dropped
+
     # ------------------------------------------------------------------ derived items
     def declare(self, spec: DerivedSpec) -> None:
         """Record an owner's item spaces and delete policy (idempotent; the latest declaration wins)."""
