@@ -199,6 +199,7 @@ def as_result(raw: dict[str, Any]) -> dict[str, Any]:
                 "command": raw["command"],
                 "commit": raw["commit"],
                 "source": "measured by benchmarks/hostile.py",
+                "note": "The server, its client threads and both models share the machine's cores.",
             }
         },
         "tables": [
