@@ -29,6 +29,11 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+def text_headers(scope: Scope) -> dict[str, str]:
+    """A request's headers as text, names lower-cased (what `token_of` reads)."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
+
+
 class Middleware:
     """An ASGI middleware over the server's state: lifespan (anything not HTTP) passes through untouched; an HTTP
     request goes to `handle`, which may `refuse` it before the app sees it."""
@@ -88,7 +93,7 @@ class LimitsAndMetrics(Middleware):
 
         try:
             async with AsyncExitStack() as stack:
-                lane = self._lane(scope, headers)
+                lane = self._lane(scope)
                 if lane is not None:
                     try:
                         await stack.enter_async_context(lane[0].admitted(lane[1]))
@@ -105,7 +110,7 @@ class LimitsAndMetrics(Middleware):
         finally:
             self._count(scope, int(status["code"]), start)
 
-    def _lane(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[Any, str] | None:
+    def _lane(self, scope: Scope) -> tuple[Any, str] | None:
         """The lane of a request whose key is valid, and the key's share in it; None outside the lanes or without
         a valid key (the app refuses that one with a 401 at once)."""
         path = str(scope.get("path", ""))
@@ -115,8 +120,7 @@ class LimitsAndMetrics(Middleware):
         lane = self.state.lane_for(str(scope.get("method", "")), path, engine)
         if lane is None:
             return None
-        text = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers.items()}
-        key = self.state.keys.verify(token_of(text))
+        key = self.state.keys.verify(token_of(text_headers(scope)))
         return (lane, "k:" + key.id) if key is not None else None
 
     def _count(self, scope: Scope, code: int, start: float) -> None:
@@ -145,9 +149,8 @@ class McpAuth(Middleware):
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Admit a user key (401 otherwise) and serve the MCP request in its namespace."""
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
         try:
-            key = self.state.admit(token_of(headers))
+            key = self.state.admit(token_of(text_headers(scope)))
             if key.admin or key.user_id is None:
                 raise ApiError(401, "unauthorized", "the MCP endpoint needs a user API key, not an admin key")
         except ApiError as exc:

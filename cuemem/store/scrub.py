@@ -82,15 +82,21 @@ class Scrubber:
             if tables is None:
                 return
             left = self._attempt(tables, wait=False)
-        with self._lock:
-            if left is None:
+        if left is None:
+            with self._lock:
                 self._retry = RETRY_S
-                return
+            return
+        self._requeue(left, backoff=True)
+
+    def _requeue(self, left: set[str], *, backoff: bool) -> None:
+        """What a scrub left is pending again, tried after the current pause (growing it with `backoff`)."""
+        with self._lock:
             self._tables.update(left)
             self._due = True
             if self._timer is None and not self._closed:
                 self._arm(self._retry)
-                self._retry = min(RETRY_MAX_S, self._retry * 2)
+                if backoff:
+                    self._retry = min(RETRY_MAX_S, self._retry * 2)
 
     def _attempt(self, tables: set[str], *, wait: bool) -> set[str] | None:
         """Run one scrub; None when nothing is left to scrub, else what is."""
@@ -118,11 +124,7 @@ class Scrubber:
             left = self._attempt(tables, wait=True)
             if left is None:
                 return True
-            with self._lock:
-                self._tables.update(left)
-                self._due = True
-                if self._timer is None and not self._closed:
-                    self._arm(self._retry)
+            self._requeue(left, backoff=False)
             return False
 
     def done(self) -> None:
