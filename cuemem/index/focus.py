@@ -1,0 +1,72 @@
+"""The goal in focus, carried forward (STITCH's contextual intent, docs/design.md design 1): a turn that leaves its
+goal implicit ("There, the guest count will be 26.", "Make it 8 instead.") continues the goal of the last turn that
+named one, and is indexed under that goal's anchors as well as its own words.
+
+A turn's *anchors* are the phrases that name what it is about (proper names, numbered or ordinal things: "Day 2
+of the trip", "Maria's birthday"), read off by the caller's parser. A turn *names a goal* when one of its anchor
+words has already named something in `recur` earlier turns: a goal recurs, a value said for the first time does
+not. Such a turn switches the focus to its anchors; any other turn inherits the focus of its session. Pure
+bookkeeping over words: no model, no word list, no knowledge of any domain.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+ORDINALS = {
+    word: str(i)
+    for i, word in enumerate(
+        "zeroth first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split()  # noqa: SIM905
+    )
+}
+WORD = re.compile(r"[^\W_]+", re.UNICODE)
+MAX_SEEN = 20_000  # anchor words remembered; past it, words seen once are forgotten first
+
+
+def anchor_words(phrase: str) -> set[str]:
+    """An anchor's words, lower-cased, ordinals as numbers ("the Second day" -> {"the", "2", "day"})."""
+    words = (w.lower() for w in WORD.findall(phrase.replace("'s", "")))
+    return {ORDINALS.get(w, w) for w in words}
+
+
+@dataclass
+class Focus:
+    """The goal in focus of the current session, and how often each anchor word has named something."""
+
+    session: str | None = None
+    anchors: list[str] = field(default_factory=list)
+    seen: dict[str, int] = field(default_factory=dict)
+
+    def names_goal(self, anchors: list[str], recur: int) -> bool:
+        """True when an anchor word of the turn already named something in `recur` earlier turns."""
+        return any(self.seen.get(w, 0) >= recur for a in anchors for w in anchor_words(a) if not w.isdigit())
+
+    def step(self, session: str | None, anchors: list[str], text: str, *, recur: int = 2) -> list[str]:
+        """Advance over one turn; returns the anchors of the goal in focus it inherits (those it does not name)."""
+        if session != self.session:
+            self.session, self.anchors = session, []
+        inherited: list[str] = []
+        if anchors and self.names_goal(anchors, recur):
+            self.anchors = list(dict.fromkeys(anchors))[:6]
+        else:
+            words = anchor_words(text)
+            inherited = [a for a in self.anchors if not anchor_words(a) <= words]
+            if not self.anchors and anchors:
+                self.anchors = list(dict.fromkeys(anchors))[:6]
+        for word in {w for a in anchors for w in anchor_words(a)}:
+            self.seen[word] = self.seen.get(word, 0) + 1
+        if len(self.seen) > MAX_SEEN:
+            self.seen = dict(sorted(self.seen.items(), key=lambda kv: -kv[1])[: MAX_SEEN // 2])
+        return inherited
+
+    def to_json(self) -> dict[str, Any]:
+        return {"session": self.session, "anchors": self.anchors, "seen": self.seen}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Focus:
+        return cls(**data) if data else cls()
+
+
+__all__ = ["Focus", "anchor_words"]
