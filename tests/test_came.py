@@ -233,6 +233,17 @@ def test_bench_runs_on_generated_conversations_and_reports_by_size_and_type(tmp_
     hybrid = results["engines"]["hybrid"]["by_size"]["M"]
     assert hybrid["named"]["recall@10"] > hybrid["implicit"]["recall@10"]
     assert "## Goal named or left implicit" in report and "| `hybrid` | M | implicit |" in report
+    # a checkpoint written before questions carried the flag, reused, gets it from the data
+    checkpoint = out / "checkpoints" / "bm25" / "came-M-2.json"
+    record = json.loads(checkpoint.read_text())
+    for q in record["questions"]:
+        del q["implicit"]
+    checkpoint.write_text(json.dumps(record))
+    again = run(BenchConfig("came", path, out, ["bm25"], settings={"embedder": "hashing"}))
+    assert (
+        again["engines"]["bm25"]["by_size"]["M"]["implicit"] == results["engines"]["bm25"]["by_size"]["M"]["implicit"]
+    )
+    assert json.loads(checkpoint.read_text())["ingest_seconds"] == record["ingest_seconds"]  # reused, not rerun
     import came_report
     import reference_render
 
