@@ -4,9 +4,11 @@
     python benchmarks/came_report.py losses bench-out/came-test --engine stitch --against hybrid --examples 3
 
 `tables` prints recall@10 per engine, size and question type, then recall@budget, the look-alike rate (the
-top-ranked wrong turn states the same attribute of another goal) and the superseded rate per engine and size, and
-the answer scores when the run answered. `losses` lists questions where --engine's recall@10 is below
---against's, by type, with both ranked lists (top 5): ✓ evidence, ≈ look-alike, ✗ superseded value, · other.
+top-ranked wrong turn states the same attribute of another goal) and the superseded rate per engine and size, the
+same per engine and size for questions whose evidence leaves its goal implicit and for the others (issue 34; "—"
+for a run made before questions carried the flag), and the answer scores when the run answered. `losses` lists
+questions where --engine's recall@10 is below --against's, by type, with both ranked lists (top 5): ✓ evidence,
+≈ look-alike, ✗ superseded value, · other.
 The run's directory holds came.json (the generated conversations) and checkpoints/<engine>/<conversation>.json.
 """
 
@@ -20,6 +22,7 @@ from typing import Any
 
 SIZES = ("S", "M", "L")
 TYPES = ("revision", "recall", "multi-hop", "synthesis")
+GOALS = ("implicit", "named")  # an evidence turn leaves its goal implicit / every evidence turn names it
 
 
 def load(run: Path) -> tuple[dict[str, Any], dict[str, dict[str, list[dict[str, Any]]]]]:
@@ -36,6 +39,33 @@ def load(run: Path) -> tuple[dict[str, Any], dict[str, dict[str, list[dict[str, 
 
 def fmt(x: Any) -> str:
     return "–" if x is None else f"{x:.3f}"
+
+
+def goal_lines(engines: dict[str, Any]) -> list[str]:
+    """Per engine and size, the implicit and named blocks: recall@1 / @10 / @budget, look-alike and superseded
+    rates, and the questions; a dash for what the run's results lack."""
+    cols = ("recall@1", "recall@10", "recall@budget", "lookalike_top", "superseded_top")
+    lines = [
+        "",
+        "Goal left implicit by an evidence turn, or named (recall@1 / recall@10 / recall@budget / look-alike rate"
+        " / superseded rate; questions):",
+        "",
+        "| engine | " + " | ".join(f"{s} {g}" for s in SIZES for g in GOALS) + " |",
+        "|---|" + "---|" * (len(SIZES) * len(GOALS)),
+    ]
+    for name, e in engines.items():
+        by = e.get("by_size", {})
+        cells = []
+        for s in SIZES:
+            for g in GOALS:
+                block = by.get(s, {}).get(g)
+                cells.append(
+                    "—"
+                    if block is None
+                    else " / ".join(fmt(block.get(c)) for c in cols) + f"; {block.get('questions', 0)}"
+                )
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return lines
 
 
 def tables(run: Path) -> str:
@@ -64,6 +94,7 @@ def tables(run: Path) -> str:
         cells = [" / ".join(fmt(by.get(s, {}).get("all", {}).get(c)) for c in cols) for s in SIZES]
         counts = " / ".join(str(by.get(s, {}).get("all", {}).get("questions", 0)) for s in SIZES)
         lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {counts} |")
+    lines += goal_lines(engines)
     if any(e.get("answer") for e in engines.values()):
         lines += [
             "",

@@ -21,6 +21,7 @@ ENGINE_LINES = {
 
 LOCOMO_CATEGORIES = {"1": "cat 1 multi-hop", "2": "cat 2 temporal", "3": "cat 3 open-domain", "4": "cat 4 single-hop"}
 CAME_TYPES = ("revision", "recall", "multi-hop", "synthesis")
+CAME_GOALS = ("implicit", "named")  # issue 34: an evidence turn leaves its goal implicit / every one names it
 SIZES = ("S", "M", "L")
 SECTIONS = (
     ("retrieval", "Retrieval"),
@@ -204,7 +205,39 @@ def came_sizes(result: dict[str, Any], names: list[str]) -> list[str]:
             row.append(f"{fmt(whole.get('recall@10'), '.3f')} / {fmt(whole.get('recall@budget'), '.3f')}")
         rows.append(row)
     bold_best(rows, list(range(1, 1 + len(SIZES) * len(CAME_TYPES))))
-    return ["Recall@10 by size and question type:", "", *table(header, rows, ["l"] + ["r"] * (len(header) - 1))]
+    lines = ["Recall@10 by size and question type:", "", *table(header, rows, ["l"] + ["r"] * (len(header) - 1))]
+    return lines + came_goals(result, names)
+
+
+def came_goals(result: dict[str, Any], names: list[str]) -> list[str]:
+    """Look-alike conversations, when the run's results carry them (issue 34): per size, the questions whose
+    evidence leaves its goal implicit and the others, recall@1 / @10 / @budget with the look-alike and superseded
+    rates; nothing for result files made before the blocks existed, a dash for an engine that lacks them."""
+    engines = result["engines"]
+    if not any(g in b for n in names for b in engines[n].get("by_size", {}).values() for g in CAME_GOALS):
+        return []
+    cols = ("recall@1", "recall@10", "recall@budget", "lookalike_top", "superseded_top")
+    header = ["engine"] + [f"{s} {g}" for s in SIZES for g in CAME_GOALS]
+    rows = []
+    for name in names:
+        by_size = engines[name].get("by_size", {})
+        row = [f"`{name}`"]
+        for s in SIZES:
+            for g in CAME_GOALS:
+                block = by_size.get(s, {}).get(g)
+                row.append(
+                    "—"
+                    if block is None
+                    else " / ".join(fmt(block.get(c), ".3f") for c in cols) + f" ({fmt(block.get('questions'), 'd')})"
+                )
+        rows.append(row)
+    return [
+        "",
+        "Goal left implicit by an evidence turn, or named (R@1 / R@10 / R@budget / look-alike rate / superseded"
+        " rate (questions)):",
+        "",
+        *table(header, rows, ["l"] + ["r"] * (len(header) - 1)),
+    ]
 
 
 ANSWER_COLS = (

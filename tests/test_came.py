@@ -7,6 +7,7 @@ import itertools
 import json
 import re
 import statistics
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,14 @@ from typer.testing import CliRunner
 from cuemem.bench import came
 from cuemem.bench.datasets import load_locomo
 from cuemem.bench.metrics import structured_scores, wrong_top
+from cuemem.bench.report import _came_blocks
 from cuemem.bench.runner import BenchConfig, run
 from cuemem.cli import app
 from cuemem.formats import locomo_turns
 
 SEEDS = range(4)
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def turn_texts(sample: dict) -> dict[str, str]:
@@ -213,6 +217,107 @@ def test_bench_runs_on_generated_conversations_and_reports_by_size_and_type(tmp_
     assert any(q["lookalike_top"] == 1.0 for q in questions)  # bm25 does fall for look-alikes
     report = (out / "report.md").read_text()
     assert "## By size and question type" in report and "| `hybrid` | M | revision |" in report
+    # issue 34: the failure classes beside the question types, per size and engine
+    assert all("implicit" in q for q in questions) and {q["implicit"] for q in questions} == {True, False}
+    for name in ("bm25", "hybrid"):
+        for size in ("S", "M"):
+            blocks = results["engines"][name]["by_size"][size]
+            implicit, named = blocks["implicit"], blocks["named"]
+            assert implicit["questions"] > 0 and named["questions"] > 0
+            assert implicit["questions"] + named["questions"] == blocks["all"]["questions"]
+            for block in (implicit, named):
+                assert {"recall@1", "recall@10", "recall@budget", "lookalike_top", "superseded_top"} <= set(block)
+    written = json.loads((out / "results.json").read_text())["engines"]["bm25"]["by_size"]["M"]
+    assert written["implicit"]["questions"] == results["engines"]["bm25"]["by_size"]["M"]["implicit"]["questions"]
+    # the evidence named is what a plain ranking finds; evidence that leaves its goal implicit it mostly misses
+    hybrid = results["engines"]["hybrid"]["by_size"]["M"]
+    assert hybrid["named"]["recall@10"] > hybrid["implicit"]["recall@10"]
+    assert "## Goal named or left implicit" in report and "| `hybrid` | M | implicit |" in report
+    # a checkpoint written before questions carried the flag, reused, gets it from the data
+    checkpoint = out / "checkpoints" / "bm25" / "came-M-2.json"
+    record = json.loads(checkpoint.read_text())
+    for q in record["questions"]:
+        del q["implicit"]
+    checkpoint.write_text(json.dumps(record))
+    again = run(BenchConfig("came", path, out, ["bm25"], settings={"embedder": "hashing"}))
+    assert (
+        again["engines"]["bm25"]["by_size"]["M"]["implicit"] == results["engines"]["bm25"]["by_size"]["M"]["implicit"]
+    )
+    assert json.loads(checkpoint.read_text())["ingest_seconds"] == record["ingest_seconds"]  # reused, not rerun
+    import came_report
+    import reference_render
+
+    tables = came_report.tables(out)
+    assert "Goal left implicit by an evidence turn" in tables and "| `bm25` | 0." in tables
+    lines = reference_render.came_sizes({"engines": results["engines"]}, ["bm25", "hybrid"])
+    assert any("S implicit" in line for line in lines) and any(line.startswith("| `hybrid` | 0.") for line in lines)
+
+
+def test_questions_flag_evidence_that_leaves_its_goal_implicit(samples, tmp_path):
+    flagged = {True: 0, False: 0}
+    for sample in samples:
+        plan = {a["turn"]: a for a in sample["came"]["plan"]}
+        texts = turn_texts(sample)
+        names = {g["id"]: g["names"] for g in sample["came"]["goals"]}
+        for q in sample["qa"]:
+            unnamed = [t for t in q["evidence"] if plan[t].get("named") is False]
+            assert q["implicit"] is bool(unnamed)
+            flagged[q["implicit"]] += 1
+            for t in unnamed:  # such a turn says none of its goal's names
+                assert not any(n.lower() in texts[t].lower() for n in names[plan[t]["goal"]]), texts[t]
+    assert min(flagged.values()) >= 20, flagged
+    # the flag reaches the loaded questions, and a file written before questions carried it gets it from the plan
+    path, old = tmp_path / "came.json", tmp_path / "old.json"
+    came.write(path, ["S"], [3])
+    data = json.loads(path.read_text())
+    for sample in data:
+        for q in sample["qa"]:
+            del q["implicit"]
+    old.write_text(json.dumps(data))
+    new_flags = [q.implicit for c in load_locomo(path) for q in c.questions]
+    assert new_flags == [q.implicit for c in load_locomo(old) for q in c.questions]
+    assert set(new_flags) == {True, False}
+    assert all(q.implicit is None for q in next(load_locomo(_plain_locomo(tmp_path))).questions)
+
+
+def _plain_locomo(tmp_path: Path) -> Path:
+    """A LoCoMo-format file without a plan (not generated): its questions carry no implicit flag."""
+    sample = {
+        "sample_id": "x",
+        "conversation": {
+            "speaker_a": "A",
+            "speaker_b": "B",
+            "session_1_date_time": "1:00 pm on 1 May, 2023",
+            "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}],
+        },
+        "qa": [{"question": "q?", "answer": "a", "evidence": ["D1:1"], "category": 4}],
+    }
+    path = tmp_path / "plain.json"
+    path.write_text(json.dumps([sample]))
+    return path
+
+
+def test_goal_blocks_are_left_out_for_checkpoints_without_the_flag():
+    def record(implicit: bool | None) -> dict:
+        q = {"id": "q", "category": "recall", "evidence": ["D1:1"], "recall@1": 1.0, "recall@10": 1.0}
+        q |= {"recall@5": 1.0, "recall@20": 1.0, "recall@50": 1.0, "recall@budget": 1.0, "ndcg@10": 1.0}
+        return q if implicit is None else {**q, "implicit": implicit}
+
+    old = _came_blocks([{"conversation": "came-S-1", "turns": 3, "questions": [record(None)]}])
+    assert "implicit" not in old["S"] and "named" not in old["S"] and old["S"]["all"]["questions"] == 1
+    new = _came_blocks([{"conversation": "came-S-1", "turns": 3, "questions": [record(True), record(None)]}])
+    assert new["S"]["implicit"]["questions"] == 1 and new["S"]["named"]["questions"] == 0
+    import came_report
+    import reference_render
+
+    # an old result file renders as before (no goal table), a partial one with dashes
+    engines = {"bm25": {"by_size": {"S": old["S"]}}, "hybrid": {"by_size": {"S": new["S"]}}}
+    assert reference_render.came_goals({"engines": {"bm25": engines["bm25"]}}, ["bm25"]) == []
+    lines = reference_render.came_goals({"engines": engines}, ["bm25", "hybrid"])
+    assert any(line.startswith("| `bm25` | — | — |") for line in lines)
+    assert any(line.startswith("| `hybrid` | 1.000 / 1.000 / 1.000") for line in lines)
+    goal = came_report.goal_lines(engines)
+    assert any(line.startswith("| `bm25` | — | — |") for line in goal)
 
 
 def test_cli_bench_came_generates_and_runs_in_one_step(tmp_path):

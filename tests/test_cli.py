@@ -391,3 +391,32 @@ def test_chat_with_the_model_down_still_answers_every_turn(tmp_path, monkeypatch
         text = text[end:].strip()
     assert len(turns) == 2 and "391" in turns[0]["reply"]
     assert all(t["degraded"] for t in turns) and any("model" in note for note in turns[0]["degraded"])
+
+
+def test_engines_lists_every_registered_engine_and_marks_the_default(tmp_path, monkeypatch):
+    from cuemem.config import Settings
+    from cuemem.engines import available_engines
+
+    def listed(*args: str) -> dict[str, tuple[bool, str]]:
+        r = runner.invoke(app, [*args, "engines"])
+        assert r.exit_code == 0, r.output
+        rows = {}
+        for line in r.output.splitlines():
+            mark, name, *rest = line[:1], *line[2:].split(maxsplit=1)
+            rows[name] = (mark == "*", rest[0] if rest else "")
+        return rows
+
+    rows = listed()
+    assert set(available_engines()) <= set(rows)
+    assert [n for n, (mark, _) in rows.items() if mark] == [Settings().engine]
+    assert all(text for _, text in rows.values()) and rows[Settings().engine][1].endswith("(default)")
+    # the user's settings choose the default, as for every other command: --engine, then CUEMEM_ENGINE
+    assert [n for n, (mark, _) in listed("--engine", "bm25").items() if mark] == ["bm25"]
+    monkeypatch.setenv("CUEMEM_ENGINE", "episodic[window=512]")
+    rows = listed()
+    assert [n for n, (mark, _) in rows.items() if mark] == ["episodic[window=512]"]
+    assert "a variant of episodic" in rows["episodic[window=512]"][1]
+    r = runner.invoke(app, ["--engine", "stitch", "engines", "--json"])
+    data = json.loads(r.output)
+    assert [e["name"] for e in data if e["default"]] == ["stitch"]
+    assert {e["name"] for e in data} == set(available_engines())

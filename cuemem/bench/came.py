@@ -19,7 +19,8 @@ conversations in the LoCoMo format, so every reader, `cuemem bench`, `cuemem imp
   naming its goal by a phrase other than the statement's), `multi-hop` (one attribute of the goal picked by
   another attribute's value), `synthesis` (a group's total of money or counts). Each carries the answer, the
   evidence (the turns that hold the current value), the superseded turns and the look-alike turns (the same
-  attribute of other goals), so a report can say which wrong turn an engine preferred.
+  attribute of other goals), so a report can say which wrong turn an engine preferred, and `implicit`: whether an
+  evidence turn leaves its goal implicit (its act has named False), so a report can split the results by it.
 - **Determinism.** One `random.Random` per (size, seed); the file is byte-identical per seed.
 """
 
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .came_plan import CHOICE, OPEN_GOALS, REVISE, SAME_SPEAKER, SMALL_TALK, STAY, Planner, Task, replay
-from .came_questions import questions
+from .came_questions import questions, unnamed_turns
 from .came_text import (
     ACK,
     ASIDE,
@@ -178,7 +179,7 @@ def conversation(size: str, seed: int) -> dict[str, Any]:
         body[f"session_{n}"] = rows
     acts = [{**act, "turn": dia[act["turn"]]} for act in planner.acts]
     history = replay(planner.acts)
-    qa = questions(rng, goals, history, dia)
+    qa = questions(rng, goals, history, dia, unnamed_turns(planner.acts, dia))
     return {
         "sample_id": f"came-{size}-{seed}",
         "conversation": body,

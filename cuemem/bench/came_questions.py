@@ -9,8 +9,16 @@ from .came_text import Q_MULTIHOP, Q_RECALL, Q_REVISION, Q_SYNTHESIS, capital
 from .came_world import KIND_NOUN, Goal, render
 
 
-def questions(rng: random.Random, goals: list[Goal], history: dict, dia: dict[str, str]) -> list[dict[str, Any]]:
-    """The four question types, with answers, evidence (current value's turns), superseded and look-alike turns."""
+def questions(
+    rng: random.Random,
+    goals: list[Goal],
+    history: dict,
+    dia: dict[str, str],
+    unnamed: frozenset[str] = frozenset(),
+) -> list[dict[str, Any]]:
+    """The four question types, with answers, evidence (current value's turns), superseded and look-alike turns,
+    and `implicit`: whether an evidence turn leaves its goal implicit (its dia id is in `unnamed`, the turns whose
+    act has named False; issue 34's failure class). Reads no randomness of its own for the flag."""
     by_id = {g.id: g for g in goals}
     attr_of = {(g.id, a.name): a for g in goals for a in g.attributes}
     out: list[dict[str, Any]] = []
@@ -50,6 +58,7 @@ def questions(rng: random.Random, goals: list[Goal], history: dict, dia: dict[st
                 "superseded": superseded,
                 "lookalikes": looks,
                 "structured": structured,
+                "implicit": any(t in unnamed for t in evidence),
             }
         )
 
@@ -144,6 +153,13 @@ def questions(rng: random.Random, goals: list[Goal], history: dict, dia: dict[st
             {"group": group, "goals": [k[0] for k in keys], "attribute": attr.name, "value": total},
         )
     return out
+
+
+def unnamed_turns(acts: list[dict[str, Any]], dia: dict[str, str] | None = None) -> frozenset[str]:
+    """The turns whose act leaves its goal implicit (`"named": False`: a value stated for the goal in focus, two
+    options offered without naming it, a revision that quotes only the old value), as dia ids (via `dia` when the
+    acts hold the planner's own turn ids)."""
+    return frozenset(dia[a["turn"]] if dia else a["turn"] for a in acts if a.get("named") is False)
 
 
 def dia_order(dia_id: str) -> tuple[int, int]:

@@ -49,6 +49,8 @@ class Question:
     # attribute of other goals; the report says how often the top-ranked wrong turn is one of them.
     superseded: list[str] = field(default_factory=list)
     lookalikes: list[str] = field(default_factory=list)
+    # Look-alike benchmarks: whether an evidence turn leaves its goal implicit (issue 34); None where not known.
+    implicit: bool | None = None
 
 
 @dataclass
@@ -67,6 +69,7 @@ def load_locomo(path: str | Path, *, limit: int | None = None) -> Iterator[Conve
             return
         turns = locomo_turns(sample)
         known = {t.id for t in turns}
+        unnamed = _unnamed(sample)
         questions = []
         for i, qa in enumerate(sample.get("qa", [])):
             ids = _turn_ids(qa.get("evidence", []), known)
@@ -82,9 +85,28 @@ def load_locomo(path: str | Path, *, limit: int | None = None) -> Iterator[Conve
                     adversarial=adversarial,
                     superseded=_turn_ids(qa.get("superseded", []), known),
                     lookalikes=_turn_ids(qa.get("lookalikes", []), known),
+                    implicit=_implicit(qa, ids, unnamed),
                 )
             )
         yield Conversation(str(sample["sample_id"]), turns, questions)
+
+
+def _unnamed(sample: dict[str, Any]) -> frozenset[str] | None:
+    """A generated conversation's turns that leave their goal implicit, read off its plan (None for any other
+    sample): files written before the questions carried `implicit` still get the flag."""
+    plan = sample.get("came", {}).get("plan") if isinstance(sample.get("came"), dict) else None
+    if not isinstance(plan, list):
+        return None
+    from .came_questions import unnamed_turns
+
+    return unnamed_turns(plan)
+
+
+def _implicit(qa: dict[str, Any], evidence: list[str], unnamed: frozenset[str] | None) -> bool | None:
+    """The question's `implicit` flag as written, else derived from the plan (any evidence turn unnamed)."""
+    if isinstance(qa.get("implicit"), bool):
+        return bool(qa["implicit"])
+    return None if unnamed is None else any(t in unnamed for t in evidence)
 
 
 def _turn_ids(raw: Any, known: set[str]) -> list[str]:

@@ -120,8 +120,14 @@ def came_size(conversation_id: str) -> str:
     return parts[1] if len(parts) == 3 and parts[0] == "came" else "?"
 
 
+# Look-alike conversations' failure classes (issue 34): questions with an evidence turn that leaves its goal
+# implicit, and the others; the blocks sit beside the question types in each size.
+GOAL_BLOCKS = ("implicit", "named")
+
+
 def _came_blocks(convs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Retrieval (and answer) blocks per size and question type, plus each size's "all"."""
+    """Retrieval (and answer) blocks per size and question type, each size's "all", and (when the questions carry
+    the flag) "implicit" / "named": questions with an evidence turn that leaves its goal implicit, and the rest."""
     out: dict[str, Any] = {}
     for size in sorted({came_size(c["conversation"]) for c in convs}, key="SML?".index):
         questions = [q for c in convs if came_size(c["conversation"]) == size for q in c["questions"] if q["evidence"]]
@@ -131,6 +137,10 @@ def _came_blocks(convs: list[dict[str, Any]]) -> dict[str, Any]:
         }
         blocks["all"] = retrieval_block(questions)
         blocks["turns"] = sum(c["turns"] for c in convs if came_size(c["conversation"]) == size)
+        flagged = [q for q in questions if isinstance(q.get("implicit"), bool)]
+        if flagged:  # checkpoints written before the flag existed carry none: no block rather than a wrong one
+            blocks["implicit"] = retrieval_block([q for q in flagged if q["implicit"]])
+            blocks["named"] = retrieval_block([q for q in flagged if not q["implicit"]])
         out[size] = blocks
     return out
 
@@ -337,11 +347,42 @@ def _came_lines(engines: dict[str, Any]) -> list[str]:
     for name, e in engines.items():
         for size, blocks in e.get("by_size", {}).items():
             for cat, block in blocks.items():
-                if not isinstance(block, dict):
+                if not isinstance(block, dict) or cat in GOAL_BLOCKS:
                     continue
                 lines.append(
                     f"| `{name}` | {size} | {cat} | {block['questions']} | "
                     + " | ".join(_fmt(block.get(c)) for c in CAME_COLS)
+                    + " |"
+                )
+    return lines + _goal_lines(engines)
+
+
+GOAL_COLS = ("recall@1", "recall@10", "recall@budget", "lookalike_top", "superseded_top")
+
+
+def _goal_lines(engines: dict[str, Any]) -> list[str]:
+    """report.md's failure-class table (issue 34): per engine and size, the questions whose evidence leaves its
+    goal implicit against those whose evidence names it, with the look-alike and superseded rates ("—" where a
+    run's checkpoints carry no flag)."""
+    if not any(g in b for e in engines.values() for b in e.get("by_size", {}).values() for g in GOAL_BLOCKS):
+        return []
+    lines = [
+        "",
+        "## Goal named or left implicit (look-alike conversations)",
+        "",
+        'implicit: questions with an evidence turn that does not name its goal ("There, the guest count will be'
+        ' 26."); named: the others.',
+        "",
+        "| engine | size | evidence | questions | " + " | ".join(GOAL_COLS) + " |",
+        "|---|---|---|---:|" + "---:|" * len(GOAL_COLS),
+    ]
+    for name, e in engines.items():
+        for size, blocks in e.get("by_size", {}).items():
+            for goal in GOAL_BLOCKS:
+                block = blocks.get(goal) or {}
+                lines.append(
+                    f"| `{name}` | {size} | {goal} | {block.get('questions', '—')} | "
+                    + " | ".join(_fmt(block.get(c)) for c in GOAL_COLS)
                     + " |"
                 )
     return lines

@@ -131,6 +131,8 @@ def run_conversation(
         record["ndcg@10"] = ndcg(ranked, q.evidence, 10)
         if config.dataset == "came":
             record.update(wrong_top(ranked, q.evidence, q.superseded, q.lookalikes))
+        if q.implicit is not None:  # look-alike conversations: an evidence turn leaves its goal implicit
+            record["implicit"] = q.implicit
         keys = result.hits[0].detail.get("concepts") if result.hits else None
         if isinstance(keys, dict) and "keys_generated" in keys:  # SCG-MEM: seed keys proposed / outside the schema
             record["keys_generated"] = int(keys["keys_generated"])
@@ -184,6 +186,16 @@ def run_conversation(
     }
 
 
+def with_flags(record: dict[str, Any], conv: Conversation) -> dict[str, Any]:
+    """A reused checkpoint's question records with the `implicit` flag its data gives, where a checkpoint written
+    before records carried it lacks it (issue 34: the implicit / named blocks)."""
+    flags = {q.id: q.implicit for q in conv.questions if q.implicit is not None}
+    for q in record.get("questions", []):
+        if "implicit" not in q and q.get("id") in flags:
+            q["implicit"] = flags[q["id"]]
+    return record
+
+
 def peak_rss_mb() -> float:
     """The process's peak resident set size in MB (Linux reports KiB, macOS bytes)."""
     import resource
@@ -218,7 +230,7 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
                     path = checkpoints / f"{_safe(conv.id)}.json"
                     saved = json.loads(path.read_text()) if path.exists() else None
                     if saved is not None and reusable(saved, wanted):
-                        done.append(saved)
+                        done.append(with_flags(saved, conv))
                     else:
                         record = {**run_conversation(memory, config, conv, judge_client), "protocol": wanted}
                         _write_atomic(path, record)

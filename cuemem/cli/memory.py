@@ -1,4 +1,5 @@
-"""The memory commands: add, ingest, search, ask, stats, profile, get, delete, reindex, history, namespaces."""
+"""The memory commands: add, ingest, search, ask, stats, profile, get, delete, reindex, history, namespaces, and
+engines (what can index and search them)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..engines import available_engines, describe
 from ..errors import CuememError
 from ..formats import sniff_format
 from ..types import Namespace
@@ -22,6 +24,8 @@ from ._common import (
     handles_errors,
     namespace,
     open_memory,
+    settings,
+    state,
 )
 from .output import err, plural, print_json, print_json_line, print_retrieval, progress_bar, say
 from .transfer import report
@@ -321,3 +325,20 @@ def namespaces(as_json: JsonOpt = False) -> None:
         return
     for ns, n in rows:
         say(f"{ns}\t{plural(n, 'turn')}")
+
+
+@app.command()
+@handles_errors
+def engines(as_json: JsonOpt = False) -> None:
+    """List the registered engines, one line each, the default (setting engine, or --engine) marked with *."""
+    default = settings(engine=state.engine).engine
+    registered = available_engines()
+    rows = [(name, describe(name, factory), name == default) for name, factory in registered.items()]
+    if default not in registered:  # a variant spec ("episodic[window=512]") or a plugin not installed here
+        rows.append((default, describe(default) or "not a registered engine", True))
+    if as_json:
+        print_json([{"name": n, "description": d, "default": mark} for n, d, mark in rows])
+        return
+    width = max(len(n) for n, _, _ in rows)
+    for name, description, mark in rows:
+        say(f"{'*' if mark else ' '} {name:<{width}}  {description}{'  (default)' if mark else ''}")

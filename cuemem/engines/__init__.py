@@ -19,7 +19,17 @@ from .scg import variant as scg_variant
 from .stitch import VARIANTS as STITCH_VARIANTS
 from .stitch import variant as stitch_variant
 
-__all__ = ["BaseEngine", "Engine", "EngineContext", "PluginEngine", "as_engine", "available_engines", "get_engine"]
+__all__ = [
+    "DESCRIPTIONS",
+    "BaseEngine",
+    "Engine",
+    "EngineContext",
+    "PluginEngine",
+    "as_engine",
+    "available_engines",
+    "describe",
+    "get_engine",
+]
 
 BUILTIN: dict[str, Callable[[], Engine]] = {
     "fullcontext": FullContext,
@@ -38,6 +48,50 @@ def available_engines() -> dict[str, Callable[[], Engine]]:
     for ep in entry_points(group="cuemem.engines"):
         engines.setdefault(ep.name, ep.load())
     return engines
+
+
+# What each built-in engine does, in one line (`cuemem engines`); a name not here is described by `describe`.
+DESCRIPTIONS = {
+    "fullcontext": "the most recent turns that fit the budget, in log order (no ranking)",
+    "bm25": "BM25 over each turn's words",
+    "dense": "cosine similarity of sentence embeddings",
+    "hybrid": "reciprocal-rank fusion of bm25 and dense, weighted per embedder",
+    "stitch": "STITCH: turns keyed by thematic scope, event and entity types (contextual intent), model-free",
+    "stitch-llm": "stitch, its labels chosen by the model",
+    "stitch-strict": "stitch, ranked by label density first, then similarity",
+    "stitch-noscope": "stitch without the thematic scope (ablation)",
+    "stitch-noevent": "stitch without event types (ablation)",
+    "stitch-noentity": "stitch without entity types (ablation)",
+    "stitch-nocoref": "stitch without coreference (ablation)",
+    "scg": "SCG-MEM: a concept schema and an associative graph searched by spreading activation, model-free",
+    "scg-llm": "scg, its concepts assimilated and its seeds chosen by the model",
+    "scg-noconstraint": "scg seeded by free keywords instead of schema members (ablation)",
+    "scg-noassim": "scg without assimilation onto existing concepts (ablation)",
+    "scg-hop0": "scg without spreading activation (0 hops; ablation)",
+    "scg-hop2": "scg with two hops of spreading activation",
+    "episodic": "E-mem: raw overlapping episodes, routed by dense, BM25 and summary pathways, model-free",
+    "episodic-llm": "episodic, its windows read by model assistants and a master",
+    "episodic-adaptive": "episodic-llm with a router that sends simple questions down the fast path",
+    "episodic-weighted": "episodic with weighted routing (the official code's weights)",
+    "episodic-nosummary": "episodic without the summary pathway (ablation)",
+    "episodic-nodense": "episodic without the dense pathway (ablation)",
+    "episodic-nobm25": "episodic without the BM25 pathway (ablation)",
+    "profile": "typed preference records beside the turns, consolidated as values change, model-free",
+    "profile-llm": "profile, its records also extracted by the model",
+}
+
+
+def describe(name: str, factory: Callable[..., object] | None = None) -> str:
+    """One line on what the engine `name` does: DESCRIPTIONS, else "a variant of F" for a variant of a built-in
+    family F ("stitch-x", "episodic[window=512]"), else the first sentence of its factory's docstring (a plugin)."""
+    if name in DESCRIPTIONS:
+        return DESCRIPTIONS[name]
+    base = name.partition("[")[0]
+    family = base if base in DESCRIPTIONS and base != name else base.partition("-")[0]
+    if family in DESCRIPTIONS:
+        return f"a variant of {family}: {DESCRIPTIONS[family]}"
+    doc = " ".join((getattr(factory, "__doc__", None) or "").strip().split("\n\n")[0].split())
+    return doc.split(". ")[0].rstrip(".") if doc else ""
 
 
 FAMILIES: dict[str, Callable[..., BaseEngine]] = {
