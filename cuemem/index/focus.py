@@ -12,6 +12,7 @@ bookkeeping over words: no model, no word list, no knowledge of any domain.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,38 +32,67 @@ def anchor_words(phrase: str) -> set[str]:
     return {ORDINALS.get(w, w) for w in words}
 
 
+MAX_SAID = 2_000  # values remembered with the turn that said them (the oldest forgotten first)
+QUOTE_CHARS = 240  # how much of a quoted turn a quoting turn carries
+
+
 @dataclass
 class Focus:
-    """The goal in focus of the current session, and how often each anchor word has named something."""
+    """The goal in focus of the current session, how often each anchor word has named something, and the turn
+    that last said each value."""
 
     session: str | None = None
     anchors: list[str] = field(default_factory=list)
     seen: dict[str, int] = field(default_factory=dict)
+    said: dict[str, str] = field(default_factory=dict)
 
-    def names_goal(self, anchors: list[str], recur: int) -> bool:
-        """True when an anchor word of the turn already named something in `recur` earlier turns."""
-        return any(self.seen.get(w, 0) >= recur for a in anchors for w in anchor_words(a) if not w.isdigit())
+    def is_goal(self, anchor: str, recur: int, whole: bool = True) -> bool:
+        """An anchor names a goal when every word of it (numbers aside; any word unless `whole`) already named
+        something in `recur` earlier turns: a goal's name recurs whole, a value's name seldom does."""
+        words = [w for w in anchor_words(anchor) if not w.isdigit()]
+        recurs = [self.seen.get(w, 0) >= recur for w in words]
+        return bool(words) and (all(recurs) if whole else any(recurs))
 
-    def step(self, session: str | None, anchors: list[str], text: str, *, recur: int = 2) -> list[str]:
-        """Advance over one turn; returns the anchors of the goal in focus it inherits (those it does not name)."""
+    def step(
+        self,
+        session: str | None,
+        anchors: list[str],
+        text: str,
+        values: Sequence[str] = (),
+        *,
+        recur: int = 2,
+        whole: bool = True,
+        quotes: bool = True,
+    ) -> list[str]:
+        """Advance over one turn; returns what it continues: the anchors of the goal in focus it does not name, and
+        the earlier turn that said a value it quotes ("scrap Casa Azul; we go with Villa Mar")."""
         if session != self.session:
             self.session, self.anchors = session, []
+        goals = [a for a in anchors if self.is_goal(a, recur, whole)]
         inherited: list[str] = []
-        if anchors and self.names_goal(anchors, recur):
-            self.anchors = list(dict.fromkeys(anchors))[:6]
+        if goals:
+            self.anchors = list(dict.fromkeys(goals))[:6]
         else:
             words = anchor_words(text)
             inherited = [a for a in self.anchors if not anchor_words(a) <= words]
             if not self.anchors and anchors:
                 self.anchors = list(dict.fromkeys(anchors))[:6]
+        keys = [v.lower().strip() for v in [*values, *(a for a in anchors if a not in goals)]]
+        quoted = [self.said[k] for k in dict.fromkeys(keys) if k in self.said] if quotes else []
+        context = " ".join([text, *inherited])[:QUOTE_CHARS]
+        for key in keys:
+            self.said.pop(key, None)
+            self.said[key] = context
+        while len(self.said) > MAX_SAID:
+            self.said.pop(next(iter(self.said)))
         for word in {w for a in anchors for w in anchor_words(a)}:
             self.seen[word] = self.seen.get(word, 0) + 1
         if len(self.seen) > MAX_SEEN:
             self.seen = dict(sorted(self.seen.items(), key=lambda kv: -kv[1])[: MAX_SEEN // 2])
-        return inherited
+        return inherited + [q for q in dict.fromkeys(quoted) if q != context]
 
     def to_json(self) -> dict[str, Any]:
-        return {"session": self.session, "anchors": self.anchors, "seen": self.seen}
+        return {"session": self.session, "anchors": self.anchors, "seen": self.seen, "said": self.said}
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> Focus:

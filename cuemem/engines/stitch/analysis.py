@@ -124,6 +124,7 @@ class StepAnalysis:
     head_types: list[str] = field(default_factory=list)  # types named by noun heads ("what book" -> Work)
     refers: bool = False  # the step contains a referring expression to resolve
     anchors: list[str] = field(default_factory=list)  # what the step names: the goal it may switch to (focus.py)
+    values: list[str] = field(default_factory=list)  # times, amounts and dates it states (focus.py: quoting)
 
 
 @lru_cache(maxsize=1)
@@ -159,6 +160,7 @@ def _analysis(doc: Any) -> StepAnalysis:
     refers = any(t.lower_ in REFERRING for t in doc) or len([t for t in doc if t.pos_ in ("NOUN", "PROPN")]) < 2
     return StepAnalysis(
         anchors=anchors(doc),
+        values=values(doc),
         actions=list(dict.fromkeys(actions)),
         entity_types=list(dict.fromkeys(types + heads)),
         head_types=list(dict.fromkeys(heads)),
@@ -202,10 +204,26 @@ def anchors(doc: Any) -> list[str]:
             words.append(doc[chunk.end])
         covered.update(t.i for t in words)
         found.append(" ".join(t.text for t in words))
+    run: list[Any] = []
+    for t in [*doc, None]:  # proper names the parser left outside any chunk ("scrap Casa Mar; ...")
+        if t is not None and t.pos_ == "PROPN" and t.i not in covered and not value(t):
+            run.append(t)
+            continue
+        if run:
+            found.append(" ".join(x.text for x in run))
+            covered.update(x.i for x in run)
+            run = []
     for t in doc:  # "Day 3 of the trip": a numbered noun the parser left outside any chunk
         if identifier(t) and t.i not in covered:
             found.append(f"{doc[t.i - 1].text} {t.text}")
     return list(dict.fromkeys(f for f in found if f))
+
+
+def values(doc: Any) -> list[str]:
+    """The values a step states: times, amounts and dates with a number in them (index/focus.py quotes them)."""
+    found = [e.text for e in doc.ents if e.label_ in VALUE_ENTITIES or e.label_ == "DATE"]
+    found += [c.text for c in doc.noun_chunks if c[0].pos_ == "NUM" and c[0].head.i > c[0].i]  # "90 euros"
+    return list(dict.fromkeys(v for v in found if any(ch.isdigit() for ch in v)))
 
 
 def _entity(doc: Any, token: Any) -> list[Any]:

@@ -138,7 +138,15 @@ class StitchEngine(BaseEngine):
             return [[] for _ in turns]
         recur = self.config.focus_recur
         inherited = [
-            state.focus.step(t.session_id, a.anchors, turn_words(t), recur=recur)
+            state.focus.step(
+                t.session_id,
+                a.anchors,
+                turn_words(t),
+                a.values,
+                recur=recur,
+                whole=self.config.focus_whole,
+                quotes=self.config.focus_quotes,
+            )
             for t, a in zip(turns, analyses, strict=True)
         ]
         todo = [i for i, anchors in enumerate(inherited) if anchors]
