@@ -105,8 +105,11 @@ class Settings:
     # said in `revise_recurring` turns or more is a goal's anchor, a rarer one a value. Chosen on dev: BENCHMARKS
     # (docs/benchmarks/came.md, "Revised values").
     revise_depth: int = 50
-    revise_min_frame: float = 0.5
+    revise_min_frame: float = 0.6
     revise_recurring: int = 3
+    # Where a replaced value goes: "near" (just below the current one) or "last" (below every other candidate of the
+    # `revise_depth`).
+    revise_history: str = "last"
     # Weighted reciprocal-rank fusion: a ranking's votes are multiplied by its weight. The BM25 weight defaults
     # to the one measured for the embedder (1.0 for MiniLM, 0.2 for EmbeddingGemma: BENCHMARKS.md); -1 = that.
     rrf_bm25_weight: float = -1.0
@@ -147,6 +150,8 @@ class Settings:
                 raise CuememError(f"setting {name} must be >= 0, got {getattr(self, name)}")
         if self.expand_depth < 1 or self.rerank_depth < 1:
             raise CuememError("settings expand_depth and rerank_depth must be >= 1")
+        if self.revise_history not in ("near", "last"):
+            raise CuememError(f"setting revise_history must be near or last, got {self.revise_history!r}")
         if self.rerank not in ("off", "model"):
             raise CuememError(f"setting rerank must be off or model, got {self.rerank!r}")
         if self.embed_dim < 0:

@@ -88,7 +88,7 @@ def current_first(
         members = [item, *history.get(item, [])]
         place[item] = (min(rank[m] for m in members), 0)
         for n, old in enumerate(sorted(history.get(item, []), key=lambda m: -table.position.get(m, 0)), 1):
-            place[old] = (place[item][0], n)
+            place[old] = (place[item][0], n) if settings.revise_history == "near" else (len(head) + rank[old], 0)
     order = sorted(rank, key=lambda item: place.get(item, (rank[item], 0)))
     scores = [s for _, s in head]
     return [(item, score) for item, score in zip(order, scores, strict=True)] + tail, notes

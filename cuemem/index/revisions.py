@@ -15,7 +15,9 @@ numbered noun disagrees) and it states another value of a kind the earlier one s
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -82,6 +84,8 @@ CHANGE_WORDS = frozenset(
         "revise",
     ]
 )
+# Words just before a value that name it as the one replaced ("not X", "instead of X", "forget X", "from X").
+OLD_CUES = frozenset(["not", "instead", "from", "forget", "scrap", "drop", "cancel", "than", "replacing", "no"])
 # Words of a question that asks about the past: the history is kept in the ranking for it.
 _PAST = re.compile(
     r"\b(before|originally|original|used\s+to|previous(?:ly)?|old|older|earlier|former(?:ly)?|initial(?:ly)?|"
@@ -100,10 +104,12 @@ class Statement:
     names: frozenset[str]  # normalised capitalised names (anchors or values: decided by how often they recur)
     numbered: frozenset[tuple[str, str]]  # (noun, number): "day 2", "the second day", "room 12"
     changes: bool  # says a generic change word
+    replaced: frozenset[tuple[str, str]] = frozenset()  # (kind, value) it names as the old one ("not X", "instead of X")
 
     def anchors(self, recurring: Callable[[str], bool]) -> frozenset[str]:
-        """The goal anchors: its numbered nouns and its recurring names."""
-        return frozenset(f"{noun}#{n}" for noun, n in self.numbered) | {n for n in self.names if recurring(n)}
+        """The goal anchors: its numbered nouns and the words of its recurring names."""
+        words = {w for n in self.names for w in n.split() if recurring(w)}
+        return frozenset(f"{noun}#{n}" for noun, n in self.numbered) | words
 
 
 @dataclass
@@ -129,10 +135,13 @@ def read_statement(text: str) -> Statement:
     text = (text or "")[:MAX_TEXT]
     values: dict[str, set[str]] = {}
     masked = text
+    replaced: set[tuple[str, str]] = set()
 
     def take(kind: str, value: str, m: re.Match[str]) -> None:
         nonlocal masked
         values.setdefault(kind, set()).add(value)
+        if set(_WORD.findall(text[max(0, m.start() - 24) : m.start()].lower())[-2:]) & OLD_CUES:
+            replaced.add((kind, value))
         masked = masked[: m.start()] + " " * (m.end() - m.start()) + masked[m.end() :]
 
     for m in _MONEY.finditer(text):
@@ -185,6 +194,9 @@ def read_statement(text: str) -> Statement:
         if form in skip or _singular(form) in {noun for noun, _ in numbered}:  # "Day" of "Day 2": a numbered noun
             continue
         names.add(form)
+        at = text.find(name)
+        if at >= 0 and set(_WORD.findall(text[max(0, at - 24) : at].lower())[-2:]) & OLD_CUES:
+            replaced.add(("name", form))
     name_words = {w for n in names for w in n.split()}
     words = {w for w in _WORD.findall(masked.lower())}
     months = {m.lower() for m in MONTHS} | set(WEEKDAYS)
@@ -204,6 +216,7 @@ def read_statement(text: str) -> Statement:
         frozenset(names),
         frozenset(numbered),
         bool(words & CHANGE_WORDS),
+        frozenset(replaced),
     )
 
 
@@ -213,19 +226,24 @@ def asks_past(question: str) -> bool:
 
 
 def compatible(earlier: frozenset[str], later: frozenset[str]) -> bool:
-    """Whether two goals (anchor sets) can be the same: they share an anchor and no numbered noun disagrees; two
-    turns that name no goal at all are about the conversation's one goal."""
+    """Whether two goals (anchor sets) can be the same: they share an anchor, no numbered noun disagrees, and not
+    both name an anchor the other lacks ("project Apollo" against "project Atlas"); two turns that name no goal
+    at all are about the conversation's one goal."""
     if not earlier and not later:
         return True
     if not earlier & later:
+        return False
+    if (earlier - later) and (later - earlier):
         return False
     numbered_a = dict(a.split("#", 1) for a in earlier if "#" in a)
     numbered_b = dict(a.split("#", 1) for a in later if "#" in a)
     return all(numbered_b[noun] == n for noun, n in numbered_a.items() if noun in numbered_b)
 
 
-def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
-    return len(a & b) / min(len(a), len(b)) if a and b else 0.0
+def frame_overlap(a: frozenset[str], b: frozenset[str], weight: Callable[[str], float]) -> float:
+    """Weighted Jaccard of two frames: shared attribute words over all of them, each word weighted by its rarity."""
+    union = sum(weight(w) for w in a | b)
+    return sum(weight(w) for w in a & b) / union if union > 0 else 0.0
 
 
 def supersedes(
@@ -235,25 +253,31 @@ def supersedes(
     earlier_goal: frozenset[str],
     recurring: Callable[[str], bool],
     min_frame: float = MIN_FRAME,
+    weight: Callable[[str], float] = lambda w: 1.0,
 ) -> bool:
-    """Whether `later` replaces a value `earlier` stated: compatible goals, a kind of value both state with a new
-    value in `later`, and the same attribute (frame overlap) or the old value quoted beside a change word."""
+    """Whether `later` replaces a value `earlier` stated: a kind of value both state with a new value in `later`,
+    and either compatible goals and the same attribute (frame overlap), or the old value quoted beside a change
+    word (then a turn that names no goal is taken to continue the earlier one's)."""
     if not compatible(earlier_goal, later_goal):
         return False
     old_values = dict(earlier.values)
     new_values = dict(later.values)
-    old_names = {n for n in earlier.names if not recurring(n)}
-    new_names = {n for n in later.names if not recurring(n)}
+    old_names = {n for n in earlier.names if not any(recurring(w) for w in n.split())}
+    new_names = {n for n in later.names if not any(recurring(w) for w in n.split())}
     if old_names:
         old_values["name"] = frozenset(old_names)
     if new_names:
         new_values["name"] = frozenset(new_names)
-    same_attribute = _overlap(earlier.frame, later.frame) >= min_frame
+    same_attribute = frame_overlap(earlier.frame, later.frame, weight) >= min_frame
     for kind, old in old_values.items():
-        new = new_values.get(kind)
-        if not new or not (new - old):
+        said = new_values.get(kind)
+        if not said:
             continue
-        if same_attribute or (later.changes and old & new):
+        named_old = {v for v in said if (kind, v) in later.replaced}
+        new = said - named_old
+        if not new or not (new - old) or (old & new):  # no new value, or the earlier one says the new value too
+            continue
+        if same_attribute or (later.changes and old & named_old):
             return True
     return False
 
@@ -271,15 +295,20 @@ def chains(
         if turn.statement is None:
             turn.statement = read_statement(turn.text)
     goals: dict[int, frozenset[str]] = {}
-    focus: dict[str, frozenset[str]] = {}
+    focus: frozenset[str] = frozenset()
     wanted = set(candidates)
+    frequency: Counter[str] = Counter(w for turn in turns if turn.statement for w in turn.statement.frame)
+
+    def weight(word: str) -> float:
+        return math.log(1 + len(turns) / (1 + frequency[word]))
+
     for i, turn in enumerate(turns):
         assert turn.statement is not None
         own = turn.statement.anchors(recurring)
         if own:
-            focus[turn.session] = own
+            focus = own
         if i in wanted:
-            goals[i] = own or focus.get(turn.session, frozenset())
+            goals[i] = own or focus
     order = sorted(wanted)
     replaced: dict[int, int] = {}
     for a, i in enumerate(order):
@@ -290,7 +319,7 @@ def chains(
         for j in order[a + 1 :]:
             new = turns[j].statement
             assert new is not None
-            if supersedes(new, old, goals[j], goals[i], recurring, min_frame):
+            if supersedes(new, old, goals[j], goals[i], recurring, min_frame, weight):
                 replaced[i] = j
     # follow each chain to its current value
     out: dict[int, int] = {}
@@ -312,6 +341,7 @@ __all__ = [
     "asks_past",
     "chains",
     "compatible",
+    "frame_overlap",
     "read_statement",
     "supersedes",
 ]
