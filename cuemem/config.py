@@ -104,7 +104,7 @@ class Settings:
     # the same attribute when at least `revise_min_frame` of the smaller one's attribute words are shared; a name
     # said in `revise_recurring` turns or more is a goal's anchor, a rarer one a value. Chosen on dev: BENCHMARKS
     # (docs/benchmarks/came.md, "Revised values").
-    revise_depth: int = 50
+    revise_depth: int = 100
     revise_min_frame: float = 0.6
     revise_recurring: int = 3
     # Where a replaced value goes: "near" (just below the current one) or "last" (below every other candidate of the

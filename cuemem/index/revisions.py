@@ -27,6 +27,7 @@ from .text import STOPWORDS
 
 MIN_FRAME = 0.5  # the share of the smaller frame that two statements of one attribute have in common (dev sweep)
 RECURRING = 3  # a name said in this many turns is a goal's anchor; a rarer one is a value (dev sweep)
+FRAME_MEASURE = "union"  # "union" (weighted Jaccard) or "min" (containment); dev sweep: docs/benchmarks/came.md
 MAX_TEXT = 2000  # characters of a turn read
 
 _CURRENCY = r"(?:euros?|eur|dollars?|usd|bucks|pounds?|gbp|yen|francs?|pesos?|rupees?|kr|chf)"
@@ -68,6 +69,8 @@ CHANGE_WORDS = frozenset(
         "correct",
         "actually",
         "scrap",
+        "scratch",
+        "scratch",
         "forget",
         "replace",
         "replaced",
@@ -85,7 +88,9 @@ CHANGE_WORDS = frozenset(
     ]
 )
 # Words just before a value that name it as the one replaced ("not X", "instead of X", "forget X", "from X").
-OLD_CUES = frozenset(["not", "instead", "from", "forget", "scrap", "drop", "cancel", "than", "replacing", "no"])
+OLD_CUES = frozenset(
+    ["not", "instead", "from", "forget", "scrap", "scratch", "drop", "cancel", "than", "replacing", "no"]
+)
 # Words of a question that asks about the past: the history is kept in the ranking for it.
 _PAST = re.compile(
     r"\b(before|originally|original|used\s+to|previous(?:ly)?|old|older|earlier|former(?:ly)?|initial(?:ly)?|"
@@ -104,12 +109,17 @@ class Statement:
     names: frozenset[str]  # normalised capitalised names (anchors or values: decided by how often they recur)
     numbered: frozenset[tuple[str, str]]  # (noun, number): "day 2", "the second day", "room 12"
     changes: bool  # says a generic change word
-    replaced: frozenset[tuple[str, str]] = frozenset()  # (kind, value) it names as the old one ("not X", "instead of X")
+    replaced: frozenset[tuple[str, str]] = (
+        frozenset()
+    )  # (kind, value) it names as the old one ("not X", "instead of X")
+    opener: str = ""  # a capitalised word opening the turn: a name or a verb ("Put", "Book"); an anchor only alone
 
-    def anchors(self, recurring: Callable[[str], bool]) -> frozenset[str]:
-        """The goal anchors: its numbered nouns and the words of its recurring names."""
+    def anchors(self, recurring: Callable[[str], bool], inside: frozenset[str] = frozenset()) -> frozenset[str]:
+        """The goal anchors: its numbered nouns and the words of its recurring names; failing those, the word that
+        opens it when that word recurs and is also said as a name inside a sentence (`inside`): "Nordic", not "Put"."""
         words = {w for n in self.names for w in n.split() if recurring(w)}
-        return frozenset(f"{noun}#{n}" for noun, n in self.numbered) | words
+        own = frozenset(f"{noun}#{n}" for noun, n in self.numbered) | words
+        return own or (frozenset({self.opener}) if self.opener in inside and recurring(self.opener) else frozenset())
 
 
 @dataclass
@@ -186,10 +196,12 @@ def read_statement(text: str) -> Statement:
     found = candidate_names(text)
     first = _WORD.search(text.lower())
     names = set()
+    opener = ""
     for name in found:
         form = normalise_name(name)
         # a single capitalised word that opens the turn is as likely a verb ("Put", "Book"): left out
         if not form or (" " not in name and first is not None and text.lstrip().startswith(name)):
+            opener = form
             continue
         if form in skip or _singular(form) in {noun for noun, _ in numbered}:  # "Day" of "Day 2": a numbered noun
             continue
@@ -217,6 +229,7 @@ def read_statement(text: str) -> Statement:
         frozenset(numbered),
         bool(words & CHANGE_WORDS),
         frozenset(replaced),
+        opener,
     )
 
 
@@ -241,9 +254,14 @@ def compatible(earlier: frozenset[str], later: frozenset[str]) -> bool:
 
 
 def frame_overlap(a: frozenset[str], b: frozenset[str], weight: Callable[[str], float]) -> float:
-    """Weighted Jaccard of two frames: shared attribute words over all of them, each word weighted by its rarity."""
-    union = sum(weight(w) for w in a | b)
-    return sum(weight(w) for w in a & b) / union if union > 0 else 0.0
+    """How much two frames share: the weight of their shared attribute words over the lighter frame's weight
+    (FRAME_MEASURE "min"), or over both frames' ("union", a weighted Jaccard); each word weighted by its rarity."""
+    whole = sum(weight(w) for w in a | b) if FRAME_MEASURE == "union" else min(_sum(a, weight), _sum(b, weight))
+    return sum(weight(w) for w in a & b) / whole if whole > 0 else 0.0
+
+
+def _sum(words: frozenset[str], weight: Callable[[str], float]) -> float:
+    return sum(weight(w) for w in words)
 
 
 def supersedes(
@@ -302,9 +320,10 @@ def chains(
     def weight(word: str) -> float:
         return math.log(1 + len(turns) / (1 + frequency[word]))
 
+    inside = frozenset(w for turn in turns if turn.statement for n in turn.statement.names for w in n.split())
     for i, turn in enumerate(turns):
         assert turn.statement is not None
-        own = turn.statement.anchors(recurring)
+        own = turn.statement.anchors(recurring, inside)
         if own:
             focus = own
         if i in wanted:
