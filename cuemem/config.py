@@ -99,8 +99,8 @@ class Settings:
     rerank_depth: int = 30
     rerank_weight: float = 1.0
     rrf_k: int = 60
-    # Current values first (issue 34 item 2, docs/design.md design 3): among the top `revise_depth` candidates, a
-    # turn whose value a later candidate replaced ranks just below the current one (0 = off). Two statements set
+    # Current values first (issue 34 item 2, docs/design.md design 3): among the top `revise_depth` candidates, the
+    # turn holding a chain's current value takes the chain's best place and the replaced ones rank lower (0 = off). Two statements set
     # the same attribute when at least `revise_min_frame` of the smaller one's attribute words are shared; a name
     # said in `revise_recurring` turns or more is a goal's anchor, a rarer one a value. Chosen on dev: BENCHMARKS
     # (docs/benchmarks/came.md, "Revised values").

@@ -1,8 +1,9 @@
 """The second stage "current values first" (issue 34 item 2; docs/design.md design 3, the confidence + recency
 merge), shared by every engine through `refine`: among the top `revise_depth` candidates, a turn whose value a later
-candidate replaced (`index/revisions.py`) is ranked just below the turn holding the current value, which takes the
-best place of its chain. A question about the past ("what was it before?") keeps the history where it was. Hits
-say when their value was replaced, and the current value lists its history.
+candidate replaced (`index/revisions.py`) goes below the other candidates (`revise_history` "last") or just below
+the turn holding the current value ("near"), which takes the best place of its chain. A question about the past
+("what was it before?") keeps the history where it was. Hits say when their value was replaced, and the current
+value lists its history.
 
 Computed at query time from the items as they are now (a per-version cache of each turn's reading, dropped on any
 write or delete): a deleted turn is in no chain.

@@ -70,7 +70,6 @@ CHANGE_WORDS = frozenset(
         "actually",
         "scrap",
         "scratch",
-        "scratch",
         "forget",
         "replace",
         "replaced",
