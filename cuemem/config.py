@@ -100,10 +100,10 @@ class Settings:
     rerank_weight: float = 1.0
     rrf_k: int = 60
     # Current values first (issue 34 item 2, docs/design.md design 3): among the top `revise_depth` candidates, the
-    # turn holding a chain's current value takes the chain's best place and the replaced ones rank lower (0 = off). Two statements set
-    # the same attribute when at least `revise_min_frame` of the smaller one's attribute words are shared; a name
-    # said in `revise_recurring` turns or more is a goal's anchor, a rarer one a value. Chosen on dev: BENCHMARKS
-    # (docs/benchmarks/came.md, "Revised values").
+    # turn holding a chain's current value takes the chain's best place and the replaced ones rank lower (0 = off).
+    # Two statements set the same attribute when their attribute words overlap (IDF-weighted Jaccard) at least
+    # `revise_min_frame`; a name said in `revise_recurring` turns or more is a goal's anchor, a rarer one a value.
+    # Chosen on dev: docs/benchmarks/came.md, "Revised values".
     revise_depth: int = 100
     revise_min_frame: float = 0.6
     revise_recurring: int = 3
