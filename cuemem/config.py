@@ -99,6 +99,17 @@ class Settings:
     rerank_depth: int = 30
     rerank_weight: float = 1.0
     rrf_k: int = 60
+    # Current values first (issue 34 item 2, docs/design.md design 3): among the top `revise_depth` candidates, the
+    # turn holding a chain's current value takes the chain's best place and the replaced ones rank lower (0 = off).
+    # Two statements set the same attribute when their attribute words overlap (IDF-weighted Jaccard) at least
+    # `revise_min_frame`; a name said in `revise_recurring` turns or more is a goal's anchor, a rarer one a value.
+    # Chosen on dev: docs/benchmarks/came.md, "Revised values".
+    revise_depth: int = 100
+    revise_min_frame: float = 0.6
+    revise_recurring: int = 3
+    # Where a replaced value goes: "near" (just below the current one) or "last" (below every other candidate of the
+    # `revise_depth`).
+    revise_history: str = "last"
     # Weighted reciprocal-rank fusion: a ranking's votes are multiplied by its weight. The BM25 weight defaults
     # to the one measured for the embedder (1.0 for MiniLM, 0.2 for EmbeddingGemma: BENCHMARKS.md); -1 = that.
     rrf_bm25_weight: float = -1.0
@@ -132,11 +143,15 @@ class Settings:
                 raise CuememError(f"setting {name} must be >= 1, got {getattr(self, name)}")
         if self.bm25_stopwords not in ("extended", "lucene"):
             raise CuememError(f"setting bm25_stopwords must be extended or lucene, got {self.bm25_stopwords!r}")
+        if self.revise_depth < 0 or self.revise_recurring < 1 or not 0 <= self.revise_min_frame <= 1:
+            raise CuememError("settings revise_depth >= 0, revise_recurring >= 1, revise_min_frame in [0, 1]")
         for name in ("speaker_boost", "date_boost", "expand_weight", "rerank_weight"):
             if getattr(self, name) < 0:
                 raise CuememError(f"setting {name} must be >= 0, got {getattr(self, name)}")
         if self.expand_depth < 1 or self.rerank_depth < 1:
             raise CuememError("settings expand_depth and rerank_depth must be >= 1")
+        if self.revise_history not in ("near", "last"):
+            raise CuememError(f"setting revise_history must be near or last, got {self.revise_history!r}")
         if self.rerank not in ("off", "model"):
             raise CuememError(f"setting rerank must be off or model, got {self.rerank!r}")
         if self.embed_dim < 0:

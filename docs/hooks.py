@@ -37,6 +37,9 @@ SETTING_NOTES = {
     "max_turn_bytes": "the largest turn accepted (UTF-8 bytes); larger turns are rejected with a clear error",
     "date_boost": "see `speaker_boost`: the share of its score a hit gains when it is dated inside the date or "
     "period the question names",
+    "revise_min_frame": "see `revise_depth`: the share of attribute words (weighted Jaccard) two statements must "
+    "share to set the same attribute",
+    "revise_recurring": "see `revise_depth`: a name said in this many turns is a goal's anchor, a rarer one a value",
     "expand_depth": "see `expand_weight`: how many top hits the second round feeds back from",
     "rerank_depth": "see `rerank`: how many top hits the model rescores",
     "rerank_weight": "see `rerank`: the weight of the model's ranking",

@@ -17,6 +17,7 @@ from ..index.fusion import reciprocal_rank_fusion
 from ..store.base import DerivedSpec, NewItem
 from ..types import Hit, Turn
 from .base import BaseEngine, EngineContext
+from .current import hit_detail
 from .refine import refine, turn_table
 from .structure import hit_text, turn_fields, with_header_tokens
 
@@ -208,5 +209,5 @@ class HybridEngine(TurnIndexer):
         )
         hits = ctx.hits_from_items(ranked[:k], self.name)
         for hit in hits:
-            hit.detail = {**hit.detail, **detail}
+            hit.detail = {**hit.detail, **hit_detail(detail, hit)}
         return hits

@@ -1,5 +1,6 @@
 """The second stages a ranking engine composes after its first ranking (issue 13): pseudo-relevance feedback for
-multi-hop questions, structural boosts (people, dates) and model reranking. Each is set by `Settings` and off
+multi-hop questions, structural boosts (people, dates), current values first (issue 34: `current.py`) and model
+reranking. Each is set by `Settings` and off
 where its weight is 0 (reranking: "off"); `hybrid` and `stitch` share them.
 """
 
@@ -17,6 +18,7 @@ from ..index.fusion import reciprocal_rank_fusion
 from ..llm import LLMError
 from ..llm.rerank import likelihood_relevance
 from .base import EngineContext
+from .current import current_first
 from .structure import QueryStructure, TurnTable, hit_text, structural_boost
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,9 @@ def refine(
     if settings.expand_weight > 0 and ranked:
         ranked, detail["expansion"] = expand(ctx, query, query_vector, ranked, rank)
     ranked = structural_boost(table, ranked, asked, settings.speaker_boost, settings.date_boost)
+    ranked, revisions = current_first(ctx, space, table, query, ranked)
+    if revisions:
+        detail["revisions"] = revisions
     if settings.rerank == "model" and ranked:
         ranked = rerank(ctx, query, ranked)
     return ranked, detail

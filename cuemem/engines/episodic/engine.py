@@ -30,6 +30,7 @@ from ...store.base import DerivedSpec, NewItem
 from ...types import Answer, Hit, Retrieval, Turn
 from ..base import BaseEngine, EngineContext, Reader, variant_name
 from ..baselines import embed_missing, index_turns, prepare_embeddings
+from ..current import hit_detail
 from ..refine import refine, turn_table
 from ..structure import context_block, session_header
 from .assistants import Evidence, around, local_evidence, model_evidence, says_nothing
@@ -324,7 +325,12 @@ class EpisodicEngine(BaseEngine):
         if cfg.adaptive and self.fast_path(query, activated, scores):
             hits = ctx.hits_from_items(ranked[:k], self.name)
             for hit in hits:
-                hit.detail = {**hit.detail, **detail, "episodic": {"system": 1, "evidence": False}, "routing": routing}
+                hit.detail = {
+                    **hit.detail,
+                    **hit_detail(detail, hit),
+                    "episodic": {"system": 1, "evidence": False},
+                    "routing": routing,
+                }
             return hits
         evidence = self.assistants(ctx, view, query, activated, ranked)
         return self.evidence_hits(ctx, view, ranked, evidence, activated, k, {**detail, "routing": routing})
@@ -459,7 +465,7 @@ class EpisodicEngine(BaseEngine):
                     episodic["note"] = source.note
                 if source.error:
                     episodic["error"] = source.error
-            hit.detail = {**hit.detail, **detail, "episodic": episodic}
+            hit.detail = {**hit.detail, **hit_detail(detail, hit), "episodic": episodic}
         return hits
 
     # ------------------------------------------------------------------ the master

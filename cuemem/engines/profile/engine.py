@@ -30,6 +30,7 @@ from ...store.base import DerivedSpec
 from ...types import Hit, Turn
 from ..base import BaseEngine, EngineContext, variant_name
 from ..baselines import embed_missing, fused_ranking, index_turns, prepare_embeddings
+from ..current import hit_detail
 from ..refine import refine
 from .backends import ChromaRecords, RecordBackend, StoreRecords
 from .consolidate import Outcome, Profile, Thresholds, consolidate, match_text
@@ -297,7 +298,7 @@ class ProfileEngine(BaseEngine):
         )
         turn_hits = ctx.hits_from_items(ranked[: max(k, depth)], self.name)
         for hit in turn_hits:
-            hit.detail = {**hit.detail, **detail}
+            hit.detail = {**hit.detail, **hit_detail(detail, hit)}
         fused = reciprocal_rank_fusion(
             [[f"r{i}" for i in range(len(record_hits))], [f"t{i}" for i in range(len(turn_hits))]],
             k=ctx.settings.rrf_k,

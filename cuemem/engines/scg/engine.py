@@ -24,6 +24,7 @@ from ...store.base import DerivedSpec, NewItem, text_hash
 from ...types import Hit, Turn
 from ..base import BaseEngine, EngineContext, variant_name
 from ..baselines import prepare_embeddings, turn_document, turn_words
+from ..current import hit_detail
 from ..refine import refine, turn_table
 from ..structure import hit_text, turn_fields, with_header_tokens
 from .assimilate import NEW_CONCEPT, ModelAssimilator, TextAssimilator, concept_messages
@@ -356,7 +357,7 @@ class ScgEngine(BaseEngine):
         if seeds.free is not None:
             keys["free_keywords"] = seeds.free
         for hit in hits:
-            hit.detail = {**hit.detail, **detail, "concepts": keys}
+            hit.detail = {**hit.detail, **hit_detail(detail, hit), "concepts": keys}
         return hits
 
 

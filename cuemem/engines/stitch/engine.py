@@ -23,6 +23,7 @@ from ...store.base import DerivedSpec, NewItem
 from ...types import Hit, Turn
 from ..base import BaseEngine, EngineContext, variant_name
 from ..baselines import prepare_embeddings, turn_document, turn_words
+from ..current import hit_detail
 from ..refine import refine, turn_table
 from ..structure import hit_text, turn_fields, with_header_tokens
 from .analysis import StepAnalysis, analyze_steps, wanted_types
@@ -304,7 +305,7 @@ class StitchEngine(BaseEngine):
         ranked, detail = refine(ctx, step_space, query, query_vector, ranking(query, query_vector), ranking)
         hits = ctx.hits_from_items(ranked[:k], self.name)
         for hit in hits:
-            hit.detail = {**hit.detail, **detail, "filter": {"events": events, "entity_types": types}}
+            hit.detail = {**hit.detail, **hit_detail(detail, hit), "filter": {"events": events, "entity_types": types}}
         return hits
 
     def _rank_by_density(

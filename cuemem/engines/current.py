@@ -1,0 +1,127 @@
+"""The second stage "current values first" (issue 34 item 2; docs/design.md design 3, the confidence + recency
+merge), shared by every engine through `refine`: among the top `revise_depth` candidates, a turn whose value a later
+candidate replaced (`index/revisions.py`) goes below the other candidates (`revise_history` "last") or just below
+the turn holding the current value ("near"), which takes the best place of its chain. A question about the past
+("what was it before?") keeps the history where it was. Hits say when their value was replaced, and the current
+value lists its history.
+
+Computed at query time from the items as they are now (a per-version cache of each turn's reading, dropped on any
+write or delete): a deleted turn is in no chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..index.names import normalise_name
+from ..index.revisions import Statement, Turn, asks_past, chains, read_statement
+from ..store.base import Item
+from ..types import Hit
+from .base import EngineContext
+from .structure import TurnTable
+
+CONTEXT = 8  # preceding turns of the session looked at for the goal in focus of a turn that names none
+
+Ranked = list[tuple[int, float]]
+
+
+def _readings(ctx: EngineContext, space: str, ids: Sequence[int]) -> dict[int, tuple[Item, Statement]]:
+    """Each item's reading, cached for the namespace's current version (any write or delete drops the cache)."""
+    store, ns = ctx.store, ctx.ns
+    name = f"{space}:revisions"
+    with ctx.indexes.lock, store.snapshot():
+        version = (store.epoch(ns), store.last_seq(ns))
+        cached = ctx.indexes.view(ns, name, version)
+        cache: dict[int, tuple[Item, Statement]] = cached if isinstance(cached, dict) else {}
+        if not isinstance(cached, dict):
+            ctx.indexes.keep_view(ns, name, version, cache)
+        missing = [i for i in ids if i not in cache]
+        if missing:
+            for i, item in store.get_items(ns, missing).items():
+                cache[i] = (item, read_statement(item.text))
+        return {i: cache[i] for i in ids if i in cache}
+
+
+def current_first(
+    ctx: EngineContext, space: str, table: TurnTable, query: str, ranked: Ranked
+) -> tuple[Ranked, dict[str, Any]]:
+    """Reorder the head of `ranked` so that each chain's current value comes first and its history just below it;
+    returns the ranking and the per-turn revision notes (for the hits' detail)."""
+    settings = ctx.settings
+    depth = settings.revise_depth
+    if depth <= 0 or len(ranked) < 2:
+        return ranked, {}
+    head, tail = ranked[:depth], ranked[depth:]
+    positions = sorted({table.position[i] for i, _ in head if i in table.position})
+    around = sorted({p - d for p in positions for d in range(CONTEXT + 1) if p - d >= 0})
+    readings = _readings(ctx, space, [table.ids[p] for p in around])
+    turns: list[Turn] = []
+    index_of: dict[int, int] = {}
+    for p in around:
+        item_id = table.ids[p]
+        if item_id not in readings:
+            continue
+        found, statement = readings[item_id]
+        index_of[item_id] = len(turns)
+        turns.append(Turn(found.text, str(found.meta.get("session_id") or ""), statement))
+    candidates = [index_of[i] for i, _ in head if i in index_of]
+
+    def recurring(name: str) -> bool:
+        return len(table.by_form.get(normalise_name(name), ())) >= settings.revise_recurring
+
+    replaced = chains(turns, candidates, recurring, settings.revise_min_frame)
+    if not replaced:
+        return ranked, {}
+    item_at = {index: item_id for item_id, index in index_of.items()}
+    current_of = {item_at[i]: item_at[j] for i, j in replaced.items()}
+    notes = _notes(readings, current_of)
+    if asks_past(query):
+        return ranked, notes
+    rank = {item: r for r, (item, _) in enumerate(head)}
+    history: dict[int, list[int]] = {}
+    for old, new in current_of.items():
+        history.setdefault(new, []).append(old)
+    place: dict[int, tuple[int, int]] = {}
+    for item in rank:
+        if item in current_of:
+            continue
+        members = [item, *history.get(item, [])]
+        place[item] = (min(rank[m] for m in members), 0)
+        for n, old in enumerate(sorted(history.get(item, []), key=lambda m: -table.position.get(m, 0)), 1):
+            place[old] = (place[item][0], n) if settings.revise_history == "near" else (len(head) + rank[old], 0)
+    order = sorted(rank, key=lambda item: place.get(item, (rank[item], 0)))
+    scores = [s for _, s in head]
+    return [(item, score) for item, score in zip(order, scores, strict=True)] + tail, notes
+
+
+def _notes(readings: dict[int, tuple[Item, Statement]], current_of: dict[int, int]) -> dict[str, Any]:
+    """Per turn id: when its value was replaced (the turn holding the current value, its session and time), or
+    the earlier values it replaced (its history)."""
+    notes: dict[str, Any] = {}
+    for old, new in current_of.items():
+        old_item, new_item = readings[old][0], readings[new][0]
+        for turn_id in old_item.turn_ids:
+            notes[turn_id] = {
+                "replaced_by": list(new_item.turn_ids),
+                "replaced_at": new_item.meta.get("timestamp"),
+                "replaced_in_session": new_item.meta.get("session_id"),
+            }
+        for turn_id in new_item.turn_ids:
+            entry = notes.setdefault(turn_id, {"history": []})
+            entry.setdefault("history", []).append(
+                {"turn_ids": list(old_item.turn_ids), "said_at": old_item.meta.get("timestamp"), "text": old_item.text}
+            )
+    return notes
+
+
+def hit_detail(detail: dict[str, Any], hit: Hit) -> dict[str, Any]:
+    """The query's second-stage detail for one hit: what every hit shares, and the hit's own revision note
+    (`revision`: when its value was replaced, or the history its value replaced) where it has one."""
+    shared = {k: v for k, v in detail.items() if k != "revisions"}
+    revisions = detail.get("revisions") or {}
+    note = next((revisions[t] for t in hit.turn_ids if t in revisions), None)
+    return shared if note is None else {**shared, "revision": note}
+
+
+__all__ = ["current_first", "hit_detail"]

@@ -1,0 +1,136 @@
+"""Revised values (issue 34 item 2): the chain primitive (index/revisions.py) and the stage "current values first"
+that every engine runs in refine (engines/current.py). Conversations here are hand-written, in several domains."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from cuemem.config import Settings
+from cuemem.errors import CuememError
+from cuemem.index.revisions import Turn, asks_past, chains, compatible, read_statement
+
+
+def _recurring(*names: str) -> Callable[[str], bool]:
+    return lambda word: word in names
+
+
+def _chains(texts: list[tuple[str, str]], recurring: Callable[[str], bool]) -> dict[int, int]:
+    turns = [Turn(text, session) for session, text in texts]
+    return chains(turns, list(range(len(turns))), recurring)
+
+
+def test_values_of_many_kinds_are_read() -> None:
+    s = read_statement("We moved the party to March 3rd, for 40 guests, with a $1,200 budget and drinks at 7 pm.")
+    assert s.values["money"] == {"1200"}
+    assert s.values["date"] == {"march 3"}
+    assert s.values["guest"] == {"40"}
+    assert s.values["time"] == {"19:00"}
+    assert s.changes  # "moved"
+    numbered = read_statement("On the second floor of Building 7 the meeting room is Orchid.")
+    assert {("floor", "2"), ("building", "7")} <= numbered.numbered
+
+
+def test_a_revised_rent_supersedes_the_old_one_but_not_another_flats() -> None:
+    texts = [
+        ("1", "The Maple Street flat: rent is $1,450 a month, deposit $900."),
+        ("1", "And the Harbour Road flat asks $1,300 a month in rent."),
+        ("1", "Maple Street viewing went well."),
+        ("2", "Harbour Road landlord confirmed the keys are ready."),
+        ("2", "Maple Street flat update: the rent is now $1,520 a month."),
+    ]
+    got = _chains(texts, _recurring("maple", "street", "harbour", "road"))
+    assert got == {0: 4}  # the old Maple Street rent is history; Harbour Road's rent is another goal's value
+
+
+def test_an_anchorless_turn_continues_the_goal_in_focus() -> None:
+    texts = [
+        ("1", "Let's talk about the Rivera wedding."),
+        ("1", "The Rivera wedding caterer quoted 85 dollars per head."),
+        ("1", "Then the Okafor anniversary: 60 dollars per head."),
+        ("2", "Back to the Rivera wedding."),
+        ("2", "They revised it, 92 dollars per head now instead of 85 dollars."),
+    ]
+    got = _chains(texts, _recurring("rivera", "okafor"))
+    assert got == {1: 4}
+
+
+def test_a_quoted_old_value_with_a_change_word_is_replaced() -> None:
+    texts = [
+        ("1", "Dentist for Noor is booked: Thursday at 3 pm with Dr Haddad."),
+        ("1", "Dr Haddad's office is near the station."),
+        ("1", "Noor also needs new glasses."),
+        ("2", "Scratch the 3 pm one for Noor, they can only do 4:30 pm."),
+    ]
+    got = _chains(texts, _recurring("noor", "haddad"))
+    assert got.get(0) == 3
+
+
+def test_numbered_goals_do_not_mix() -> None:
+    assert not compatible(frozenset({"stage#1", "lumen"}), frozenset({"stage#2", "lumen"}))
+    assert compatible(frozenset({"stage#1", "lumen"}), frozenset({"stage#1", "lumen"}))
+    assert not compatible(frozenset({"apollo", "keystone"}), frozenset({"atlas", "keystone"}))
+    texts = [
+        ("1", "Sprint 4 of the Lumen app: the demo is on May 12."),
+        ("1", "Sprint 5 of the Lumen app: the demo is on June 2."),
+        ("1", "The Lumen app team is happy."),
+    ]
+    assert _chains(texts, _recurring("lumen")) == {}
+
+
+def test_questions_about_the_past_are_recognised() -> None:
+    for q in ("What was the rent before?", "Which caterer did we originally pick?", "What did the slot used to be?"):
+        assert asks_past(q), q
+    for q in ("What is the rent now?", "Which caterer did we pick?", "When is the demo?"):
+        assert not asks_past(q), q
+
+
+def test_settings_validate_the_revision_constants() -> None:
+    assert Settings(revise_depth=0).revise_depth == 0
+    for bad in ({"revise_depth": -1}, {"revise_min_frame": 1.5}, {"revise_recurring": 0}, {"revise_history": "x"}):
+        with pytest.raises(CuememError):
+            Settings(**bad)  # type: ignore[arg-type]
+
+
+CONFERENCE = [
+    {"id": "t1", "speaker": "Ines", "text": "Let's get the Nordic summit travel sorted."},
+    {"id": "t2", "speaker": "Ines", "text": "For the Nordic summit, the outbound flight leaves at 9:40 am."},
+    {"id": "t3", "speaker": "Ines", "text": "Nordic summit hotel is Fjordlys, 180 dollars a night."},
+    {"id": "t4", "speaker": "Ines", "text": "Separately, the Baltic workshop: its outbound flight leaves at 6:15 pm."},
+    {"id": "t5", "speaker": "Ines", "text": "Baltic workshop badges are printed."},
+    {"id": "t6", "speaker": "Ines", "text": "Baltic workshop agenda is final."},
+]
+CHANGE = {
+    "id": "t7",
+    "speaker": "Ines",
+    "text": "Nordic summit change: the outbound flight now leaves at 11:05 am instead.",
+}
+
+
+def _ids(hits: list) -> list[str]:
+    return [h.turn_ids[0] for h in hits]
+
+
+@pytest.mark.parametrize("engine", ["hybrid", "stitch"])
+def test_search_ranks_the_current_value_first_and_forgets_a_deleted_revision(make_memory, engine) -> None:
+    memory = make_memory(engine)
+    memory.add(CONFERENCE, user_id="u", session_id="s1", timestamp="2024-03-01 10:00")
+    memory.add([CHANGE], user_id="u", session_id="s2", timestamp="2024-03-09 08:30")
+    hits = memory.search("When does the outbound flight for the Nordic summit leave?", user_id="u", k=10).hits
+    ids = _ids(hits)
+    assert ids.index("t7") < ids.index("t2")
+    assert ids.index("t2") > ids.index("t4")  # the replaced value ranks below the other candidates
+    old = hits[ids.index("t2")].detail["revision"]
+    assert old["replaced_by"] == ["t7"] and old["replaced_at"] == "2024-03-09 08:30"
+    assert hits[ids.index("t7")].detail["revision"]["history"][0]["turn_ids"] == ["t2"]
+    assert "revision" not in hits[ids.index("t4")].detail  # the Baltic flight is another goal's value
+
+    past = memory.search("What time did the Nordic summit flight originally leave?", user_id="u", k=10).hits
+    assert "t2" in _ids(past)
+    assert past[_ids(past).index("t2")].detail["revision"]["replaced_by"] == ["t7"]
+
+    memory.delete("t7", user_id="u")
+    after = memory.search("When does the outbound flight for the Nordic summit leave?", user_id="u", k=10).hits
+    assert "t7" not in _ids(after)
+    assert all("revision" not in h.detail for h in after)  # the old value is current again, no trace of t7
