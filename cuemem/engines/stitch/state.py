@@ -41,8 +41,8 @@ class StitchConfig:
     link_threshold: float = 0.8  # centroid cosine at which a closed segment joins an earlier one's scope
     link_weight: float = 0.5  # weight of the linked scope's relevance beside the segment's own
     synonym_threshold: float = 0.85  # label-embedding cosine at which two labels merge
-    event_boost: float = 0.2  # label density weights (soft ranking)
-    entity_boost: float = 0.2
+    event_boost: float = 0.05  # label density weights (soft ranking; dev sweep 0, 0.05, 0.1, 0.2: issue 34)
+    entity_boost: float = 0.05
     fusion_depth: int = 400  # how deep each similarity list is read before fusion
     ranking: str = "soft"  # "soft": density boosts the fused similarity; "strict": density first, then similarity
 
