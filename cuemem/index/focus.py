@@ -32,6 +32,7 @@ def anchor_words(phrase: str) -> set[str]:
     return {ORDINALS.get(w, w) for w in words}
 
 
+MAX_FOCUS = 6  # anchors the goal in focus keeps: the goal's name first, then the latest things named under it
 MAX_SAID = 2_000  # values remembered with the turn that said them (the oldest forgotten first)
 QUOTE_CHARS = 240  # how much of a quoted turn a quoting turn carries
 
@@ -63,6 +64,7 @@ class Focus:
         recur: int = 2,
         whole: bool = True,
         quotes: bool = True,
+        gather: bool = True,
     ) -> list[str]:
         """Advance over one turn; returns what it continues: the anchors of the goal in focus it does not name, and
         the earlier turn that said a value it quotes ("scrap Casa Azul; we go with Villa Mar")."""
@@ -71,12 +73,15 @@ class Focus:
         goals = [a for a in anchors if self.is_goal(a, recur, whole)]
         inherited: list[str] = []
         if goals:
-            self.anchors = list(dict.fromkeys(goals))[:6]
+            self.anchors = list(dict.fromkeys(goals))[:MAX_FOCUS]
+            if gather:
+                self.anchors = list(dict.fromkeys([*self.anchors, *anchors]))[:MAX_FOCUS]
         else:
             words = anchor_words(text)
             inherited = [a for a in self.anchors if not anchor_words(a) <= words]
-            if not self.anchors and anchors:
-                self.anchors = list(dict.fromkeys(anchors))[:6]
+            if gather or not self.anchors:
+                kept = [*self.anchors, *anchors]
+                self.anchors = list(dict.fromkeys(kept[:1] + kept[1:][-(MAX_FOCUS - 1) :]))
         keys = [v.lower().strip() for v in [*values, *(a for a in anchors if a not in goals)]]
         quoted = [self.said[k] for k in dict.fromkeys(keys) if k in self.said] if quotes else []
         context = " ".join([text, *inherited])[:QUOTE_CHARS]

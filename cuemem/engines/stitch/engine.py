@@ -147,6 +147,7 @@ class StitchEngine(BaseEngine):
                 recur=recur,
                 whole=self.config.focus_whole,
                 quotes=self.config.focus_quotes,
+                gather=self.config.focus_gather,
             )
             for t, a in zip(turns, analyses, strict=True)
         ]
