@@ -53,8 +53,19 @@ PERSONAL = re.compile(
     re.IGNORECASE,
 )
 
-# A message or question about oneself: the standing facts (values, goals, states, causes) may bear on it.
+# A message (not a question) or a question about oneself: the standing facts (values, goals, states, causes) may
+# bear on it.
 SELF = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|our|us)\b", re.IGNORECASE)
+QUESTION = re.compile(
+    r"\?\s*$|^\s*(?:what|when|where|who|whom|whose|which|why|how|did|does|do|is|are|was|were|can|could|would|will|"
+    r"should|has|have|had)\b",
+    re.IGNORECASE,
+)
+
+
+def bears_on_self(query: str) -> bool:
+    """A message rather than a question, or a question in the first person: standing facts may bear on it."""
+    return bool(SELF.search(query)) or not QUESTION.search(query)
 
 
 class ProfileEngine(BaseEngine):
@@ -221,16 +232,18 @@ class ProfileEngine(BaseEngine):
         return self.scored_records(ctx, ctx.embed_query(query), kinds, k or self.config.record_depth)
 
     def scored_records(
-        self, ctx: EngineContext, vector: np.ndarray, types: Sequence[str], k: int
+        self, ctx: EngineContext, vector: np.ndarray, types: Sequence[str], k: int, floor: float | None = None
     ) -> list[tuple[Record, float]]:
         """Records by similarity × recency: score = sim · (1 − w + w · 2^(−age / half-life)), age in days before
-        the question (ctx.now, else the namespace's latest dated turn); undated records do not decay."""
+        the question (ctx.now, else the namespace's latest dated turn); undated records do not decay. A record
+        whose similarity is below `floor` (default: the config's) is left out."""
+        floor = self.config.floor if floor is None else floor
         found = self.backend(ctx).search(ctx, vector, max(k * 3, k), types)
         now = _reference_time(ctx)
         w, half = self.config.recency, self.config.half_life
         scored = []
         for record, sim in found:
-            if sim < self.config.floor:
+            if sim < floor:
                 continue
             decay = 1.0
             when = _date(record.time)
@@ -291,8 +304,8 @@ class ProfileEngine(BaseEngine):
         records = self.scored_records(ctx, vector, cfg.slot_types, cfg.record_depth)
         record_hits = [self._hit(ctx, r, s) for r, s in records]
         standing_hits: list[Hit] = []
-        if cfg.standing_types and cfg.standing_weight > 0 and SELF.search(query):
-            found = self.scored_records(ctx, vector, cfg.standing_types, cfg.standing_depth)
+        if cfg.standing_types and cfg.standing_weight > 0 and bears_on_self(query):
+            found = self.scored_records(ctx, vector, cfg.standing_types, cfg.standing_depth, cfg.standing_floor)
             standing_hits = [self._hit(ctx, r, s) for r, s in found]
         if cfg.records_only:
             return sorted([*record_hits, *standing_hits], key=lambda h: -h.score)[:k]
