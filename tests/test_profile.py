@@ -643,3 +643,95 @@ def test_a_failing_model_leaves_the_rules_records_and_is_counted(tmp_path: Path,
         stats = memory.engine_stats(user_id="u")
     assert profile["profile"]["home"]["value"] == "Lisbon"
     assert stats["model_failed"] == 1 and "extraction failed on turn f1" in caplog.text
+
+
+# --------------------------------------------------------------------------- standing facts (issue 34 item 5)
+@no_store
+@pytest.mark.parametrize(
+    ("sentence", "kind"),
+    [
+        ("After learning to say no, I feel way less stressed.", "cause"),
+        ("I quit my old job because the commute was eating three hours of my day.", "cause"),
+        ("I'm trying to run a half marathon before I turn forty.", "goal"),
+        ("My plan is to save enough for a down payment by next spring.", "goal"),
+        ("I've been struggling with insomnia for a couple of months now.", "state"),
+        ("I'm in a pretty tight spot financially right now.", "state"),
+        ("Being honest with people matters more to me than keeping the peace.", "value"),
+        ("I've always believed that learning never stops.", "value"),
+    ],
+)
+def test_standing_facts_are_typed_whole_sentences(sentence: str, kind: str):
+    found = [c for c in load_rules().extract(turn(sentence)) if c.source.startswith("standing:")]
+    assert [(c.type, c.value, c.key, c.fixed_key) for c in found] == [(kind, sentence, "", False)]
+
+
+@no_store
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "Do you believe that learning never stops?",  # a question
+        "I think you are trying to run too much.",  # about the listener
+        "The weather has been terrible because of the storm.",  # not about oneself
+        "I went to the park.",  # no standing cue
+    ],
+)
+def test_standing_facts_ignore_questions_the_listener_and_others(sentence: str):
+    assert not [c for c in load_rules().extract(turn(sentence)) if c.source.startswith("standing:")]
+
+
+CONCEPTS = {"stressed": "strain", "overwhelmed": "strain", "stress": "strain"}
+
+
+class ConceptEmbedder(HashingEmbedder):
+    """Hashing vectors in which a few words of one meaning embed alike (a stand-in for a semantic model)."""
+
+    def embed(self, texts):
+        return super().embed([" ".join(CONCEPTS.get(w.strip(".,!?").lower(), w) for w in t.split()) for t in texts])
+
+
+STANDING_CHAT = [
+    {"id": "f1", "speaker": "Ana", "text": "We went hiking near the lake on Sunday."},
+    {"id": "f2", "speaker": "Ben", "text": "Sounds great, was the trail busy?"},
+    {"id": "s1", "speaker": "Ana", "text": "After learning to say no, I feel way less stressed."},
+    {"id": "s2", "speaker": "Ben", "text": "That makes a lot of sense."},
+    {"id": "f3", "speaker": "Ben", "text": "My sister adopted a puppy named Biscuit last month."},
+    {"id": "f4", "speaker": "Ana", "text": "I repainted the kitchen a pale green colour."},
+    {"id": "f5", "speaker": "Ben", "text": "I ended up volunteering at the food bank project."},
+    {"id": "f6", "speaker": "Ana", "text": "Now that project for the school is finally done."},
+]
+LATER = "I ended up volunteering for that project and now I'm overwhelmed."
+
+
+def test_a_later_message_brings_back_the_standing_fact_it_bears_on(tmp_path: Path):
+    engine = get_engine("profile[standing_floor=0]")  # hashing vectors of related sentences have a low cosine
+    with Memory(store_target(tmp_path / "m.db"), engine=engine, embedder=ConceptEmbedder(), llm=fake_llm()) as memory:
+        memory.add(STANDING_CHAT, user_id="u")
+        standing = memory.profile(user_id="u", subject="Ana")["standing"]
+        hits = memory.search(LATER, user_id="u", k=5).hits
+        question = memory.search("Where did Ana go hiking?", user_id="u", k=5).hits
+    assert [(s["type"], s["evidence"]) for s in standing] == [("cause", ["s1"])]
+    assert hits[0].turn_ids == ["s1"] and hits[0].detail["profile"]["type"] == "cause"
+    assert not any("profile" in h.detail and h.detail["profile"]["type"] == "cause" for h in question)
+
+
+def test_standing_facts_stay_out_at_weight_zero(tmp_path: Path):
+    engine = get_engine("profile[standing_weight=0,standing_floor=0]")
+    with Memory(store_target(tmp_path / "m.db"), engine=engine, embedder=ConceptEmbedder(), llm=fake_llm()) as memory:
+        memory.add(STANDING_CHAT, user_id="u")
+        hits = memory.search(LATER, user_id="u", k=5).hits
+    assert not any("profile" in h.detail and h.detail["profile"]["type"] == "cause" for h in hits)
+    assert hits[0].turn_ids != ["s1"]  # the turns that share the message's words come first
+
+
+def test_deleting_the_statement_removes_its_standing_fact_and_hit(tmp_path: Path):
+    engine = get_engine("profile[standing_floor=0]")  # hashing vectors of related sentences have a low cosine
+    with Memory(store_target(tmp_path / "m.db"), engine=engine, embedder=ConceptEmbedder(), llm=fake_llm()) as memory:
+        memory.add(STANDING_CHAT, user_id="u")
+        assert memory.profile(user_id="u", subject="Ana")["standing"]
+        memory.delete("s1", user_id="u")
+        standing = memory.profile(user_id="u", subject="Ana")["standing"]
+        hits = memory.search(LATER, user_id="u", k=10).hits
+        memory.checkpoint()
+    assert standing == []
+    assert all("s1" not in h.turn_ids and "say no" not in h.text for h in hits)
+    assert not traces(tmp_path, memory, "After learning to say no")

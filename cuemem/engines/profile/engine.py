@@ -35,7 +35,7 @@ from ..refine import refine
 from .backends import ChromaRecords, RecordBackend, StoreRecords
 from .consolidate import Outcome, Profile, Thresholds, consolidate, match_text
 from .extract import model_candidates
-from .records import Candidate, Record, normalise
+from .records import STANDING_TYPES, Candidate, Record, normalise
 from .rules import MAX_SPAN, RuleTable, load_rules
 from .state import ProfileConfig
 
@@ -52,6 +52,20 @@ PERSONAL = re.compile(
     r"suggest\w*|advice|tips|now|currently|current|these days|anymore|still|usually)\b",
     re.IGNORECASE,
 )
+
+# A message (not a question) or a question about oneself: the standing facts (values, goals, states, causes) may
+# bear on it.
+SELF = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|our|us)\b", re.IGNORECASE)
+QUESTION = re.compile(
+    r"\?\s*$|^\s*(?:what|when|where|who|whom|whose|which|why|how|did|does|do|is|are|was|were|can|could|would|will|"
+    r"should|has|have|had)\b",
+    re.IGNORECASE,
+)
+
+
+def bears_on_self(query: str) -> bool:
+    """A message rather than a question, or a question in the first person: standing facts may bear on it."""
+    return bool(SELF.search(query)) or not QUESTION.search(query)
 
 
 class ProfileEngine(BaseEngine):
@@ -218,16 +232,18 @@ class ProfileEngine(BaseEngine):
         return self.scored_records(ctx, ctx.embed_query(query), kinds, k or self.config.record_depth)
 
     def scored_records(
-        self, ctx: EngineContext, vector: np.ndarray, types: Sequence[str], k: int
+        self, ctx: EngineContext, vector: np.ndarray, types: Sequence[str], k: int, floor: float | None = None
     ) -> list[tuple[Record, float]]:
         """Records by similarity × recency: score = sim · (1 − w + w · 2^(−age / half-life)), age in days before
-        the question (ctx.now, else the namespace's latest dated turn); undated records do not decay."""
+        the question (ctx.now, else the namespace's latest dated turn); undated records do not decay. A record
+        whose similarity is below `floor` (default: the config's) is left out."""
+        floor = self.config.floor if floor is None else floor
         found = self.backend(ctx).search(ctx, vector, max(k * 3, k), types)
         now = _reference_time(ctx)
         w, half = self.config.recency, self.config.half_life
         scored = []
         for record, sim in found:
-            if sim < self.config.floor:
+            if sim < floor:
                 continue
             decay = 1.0
             when = _date(record.time)
@@ -253,6 +269,7 @@ class ProfileEngine(BaseEngine):
             "episodic": [],
             "task_state": [],
             "tool_results": {},
+            "standing": [],
         }
         for r in sorted(records, key=lambda r: r.last_seen):
             if r.subject != subject and r.type != "tool_result":  # tool results belong to the conversation
@@ -273,17 +290,25 @@ class ProfileEngine(BaseEngine):
                 out["episodic"].append({"key": r.key, **entry})
             elif r.type == "summary":
                 out["task_state"].append({"key": r.key, **entry})
+            elif r.type in STANDING_TYPES:
+                out["standing"].append({"type": r.type, **entry})
             else:
                 out["tool_results"][r.key] = entry
         return out
 
     def retrieve(self, ctx: EngineContext, query: str, k: int, budget_tokens: int | None) -> list[Hit]:
+        """Three rankings fused (RRF): the slot records, the standing facts (a message about oneself only: issue
+        34), and the turns."""
         cfg = self.config
         vector = ctx.embed_query(query)
-        records = self.scored_records(ctx, vector, cfg.searched_types, cfg.record_depth)
+        records = self.scored_records(ctx, vector, cfg.slot_types, cfg.record_depth)
         record_hits = [self._hit(ctx, r, s) for r, s in records]
+        standing_hits: list[Hit] = []
+        if cfg.standing_types and cfg.standing_weight > 0 and bears_on_self(query):
+            found = self.scored_records(ctx, vector, cfg.standing_types, cfg.standing_depth, cfg.standing_floor)
+            standing_hits = [self._hit(ctx, r, s) for r, s in found]
         if cfg.records_only:
-            return record_hits[:k]
+            return sorted([*record_hits, *standing_hits], key=lambda h: -h.score)[:k]
         weight = cfg.record_weight if PERSONAL.search(query) else cfg.other_weight
         if weight <= 0:
             record_hits = []
@@ -300,14 +325,19 @@ class ProfileEngine(BaseEngine):
         for hit in turn_hits:
             hit.detail = {**hit.detail, **hit_detail(detail, hit)}
         fused = reciprocal_rank_fusion(
-            [[f"r{i}" for i in range(len(record_hits))], [f"t{i}" for i in range(len(turn_hits))]],
+            [
+                [f"r{i}" for i in range(len(record_hits))],
+                [f"s{i}" for i in range(len(standing_hits))],
+                [f"t{i}" for i in range(len(turn_hits))],
+            ],
             k=ctx.settings.rrf_k,
-            weights=(weight, 1.0),
+            weights=(weight, cfg.standing_weight, 1.0),
         )
+        lists = {"r": record_hits, "s": standing_hits, "t": turn_hits}
         out: list[Hit] = []
         shown: set[str] = set()
         for key, score in fused:
-            hit = record_hits[int(key[1:])] if key[0] == "r" else turn_hits[int(key[1:])]
+            hit = lists[key[0]][int(key[1:])]
             if set(hit.turn_ids) <= shown:
                 continue  # every turn it cites is already cited by a better hit: it would only repeat them
             shown.update(hit.turn_ids)

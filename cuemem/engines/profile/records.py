@@ -1,5 +1,6 @@
 """Typed memory records of the hybrid preference memory (docs/design.md design 3, the report's "typed records"):
-preferences, stable profile facts, dated episodic facts, task-state summaries and tool results. Every record keeps
+preferences, stable profile facts, dated episodic facts, task-state summaries, tool results, and standing facts
+(a value, goal, state or cause the speaker states about themselves; issue 34). Every record keeps
 its evidence turn ids (provenance) and its history: a superseded value is kept, never overwritten."""
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-RECORD_TYPES = ("preference", "profile", "episodic", "summary", "tool_result")
+STANDING_TYPES = ("value", "goal", "state", "cause")  # standing facts: a whole first-person sentence each
+RECORD_TYPES = ("preference", "profile", "episodic", "summary", "tool_result", *STANDING_TYPES)
 _ARTICLE = re.compile(r"^(?:a|an|the|my|our|some|this|that|these|those)\s+", re.IGNORECASE)
 _SPACE = re.compile(r"\s+")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
@@ -125,12 +127,16 @@ class Record:
         if self.type == "preference":
             head = self.key if self.fixed_key and self.key else ""
             return f"{self.subject} {self.relation}{f' ({head})' if head else ''}: {self.value}"
+        if self.type in STANDING_TYPES:  # the sentence itself: "Ana (goal): I'm trying to run a half marathon"
+            return f"{self.subject} ({self.type}): {self.value}"
         if self.key and self.fixed_key:
             return f"{self.subject}'s {self.key}: {self.value}" + ("" if self.polarity > 0 else " (no longer)")
         return f"{self.subject}: {self.value}" + ("" if self.polarity > 0 else " (no longer)")
 
     def render(self) -> str:
         """What search embeds and shows: the statement, what it replaced, and the sentence it was read from."""
+        if self.type in STANDING_TYPES:  # the value is the sentence it was read from
+            return self.statement()
         was = ""
         if self.history:
             last = self.history[-1]

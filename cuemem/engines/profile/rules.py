@@ -16,7 +16,7 @@ from typing import Any
 
 from ...errors import CuememError
 from ...types import Turn
-from .records import RECORD_TYPES, Candidate, normalise
+from .records import RECORD_TYPES, STANDING_TYPES, Candidate, normalise
 
 SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 MAX_VALUE_WORDS = 12
@@ -83,9 +83,29 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class Standing:
+    """Cues of standing facts (issue 34): a sentence about oneself (`own` matches, `other` does not) that states
+    a cause, goal, state or value (`cues`, checked in order) is kept whole as a record of that type."""
+
+    own: re.Pattern[str]
+    other: re.Pattern[str]
+    cues: tuple[tuple[str, re.Pattern[str]], ...]
+
+    def kind(self, sentence: str) -> str:
+        """The standing type a sentence states, "" for none."""
+        if not self.own.search(sentence) or self.other.search(sentence):
+            return ""
+        return next((kind for kind, cue in self.cues if cue.search(sentence)), "")
+
+
+NO_STANDING = Standing(re.compile(r"(?!x)x"), re.compile(r"(?!x)x"), ())
+
+
+@dataclass(frozen=True)
 class RuleTable:
     rules: tuple[Rule, ...]
     update_cues: re.Pattern[str]
+    standing: Standing = NO_STANDING
 
     def extract(self, turn: Turn, subject: str | None = None) -> list[Candidate]:
         """Every statement the rules read in a turn, sentence by sentence; where two rules match overlapping words
@@ -113,6 +133,9 @@ class RuleTable:
                 if before.polarity < 0 < after.polarity and after.update and not after.old:
                     after.old = before.value
             out += [c for _, c in found]
+            kind = self.standing.kind(sentence)
+            if kind and len(sentence.split()) >= 4:
+                out.append(_standing(kind, sentence, turn, subject))
         return out
 
     @staticmethod
@@ -141,6 +164,22 @@ class RuleTable:
             source=f"rule:{rule.name}",
             fixed_key=bool(key),
         )
+
+
+def _standing(kind: str, sentence: str, turn: Turn, subject: str | None) -> Candidate:
+    """A standing fact: the whole sentence is the value (its meaning, not a slot, is what a later message meets)."""
+    value = LEADING_FILLER.sub("", sentence).strip()[:MAX_SPAN]
+    return Candidate(
+        type=kind,
+        key="",
+        value=value,
+        confidence=0.6,
+        seq=turn.seq or 0,
+        turn_id=turn.id,
+        subject=subject or turn.speaker,
+        span=sentence[:MAX_SPAN],
+        source=f"standing:{kind}",
+    )
 
 
 def clean_value(text: str) -> str:
@@ -212,4 +251,23 @@ def parse_rules(data: Any, where: str = "rule table") -> RuleTable:
         cues = re.compile(str(data.get("update_cues", r"(?!x)x")), re.IGNORECASE)
     except re.error as exc:
         raise RuleTableError(f"{where}: update_cues does not compile: {exc}") from exc
-    return RuleTable(tuple(rules), cues)
+    return RuleTable(tuple(rules), cues, parse_standing(data.get("standing"), where))
+
+
+def parse_standing(data: Any, where: str) -> Standing:
+    """The table's `standing` block ({"self": re, "other": re, "types": {type: [re, ...]}}); none without one."""
+    if data is None:
+        return NO_STANDING
+    if not isinstance(data, dict) or not isinstance(data.get("types"), dict):
+        raise RuleTableError(f"{where}: 'standing' must be an object with an object 'types'")
+    try:
+        own = re.compile(str(data.get("self", r"\bI\b")), re.IGNORECASE)
+        other = re.compile(str(data.get("other", r"(?!x)x")), re.IGNORECASE)
+        cues = []
+        for kind, patterns in data["types"].items():
+            if kind not in STANDING_TYPES:
+                raise RuleTableError(f"{where}: standing type {kind!r}; types: {', '.join(STANDING_TYPES)}")
+            cues += [(kind, re.compile(str(p), re.IGNORECASE)) for p in patterns]
+    except re.error as exc:
+        raise RuleTableError(f"{where}: a standing cue does not compile: {exc}") from exc
+    return Standing(own, other, tuple(cues))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .records import RECORD_TYPES
+from .records import RECORD_TYPES, STANDING_TYPES
 
 BACKENDS = ("sqlite", "chroma")
 
@@ -32,6 +32,16 @@ class ProfileConfig:
     # without it 0.718; records off 0.784 (BENCHMARKS.md)
     other_weight: float = 0.5  # the same for every other question (LoCoMo dev: R@10 equal to 0, R@budget +0.003)
     record_depth: int = 30  # records read from the record ranking before fusion
+    # weight of the standing facts' own ranking (values, goals, states, causes; issue 34) beside the turns', for a
+    # message, or a question in the first person (engine.bears_on_self); 0 = standing facts never join the hits.
+    # Standing-facts dev half (20 messages), EmbeddingGemma, R@1 / R@10: 0 -> 0.20 / 0.50, 1 -> 0.55 / 0.85,
+    # 2 -> 0.60 / 0.90, 3 as 2 (first-person gate alone: 1 -> 0.55 / 0.75, 2, 3, 5 -> 0.60 / 0.75)
+    standing_weight: float = 2.0
+    standing_depth: int = 30  # standing facts read from their ranking before fusion
+    # the cosine floor of the standing facts' ranking: a later message shares few words with the fact it needs,
+    # and their cosine is low (0.1-0.46 on the standing-facts dev half, EmbeddingGemma) though it ranks first
+    # among the standing facts (dev, weight 2: floor 0 / 0.1 / 0.2 / 0.3 -> R@10 0.75 / 0.75 / 0.70 / 0.50)
+    standing_floor: float = 0.1
     # a record whose cosine with the question is below this never joins the hits (LongMemEval dev, MiniLM: 0 / 0.3 /
     # 0.4 / 0.5 -> R@5 0.722 / 0.817 / 0.817 / 0.746, R@10 0.96 / 0.96 / 0.96 / 0.889; LoCoMo dev unchanged)
     floor: float = 0.3
@@ -48,6 +58,16 @@ class ProfileConfig:
         return chosen or RECORD_TYPES
 
     @property
+    def slot_types(self) -> tuple[str, ...]:
+        """The searched types ranked together (every type but the standing facts')."""
+        return tuple(t for t in self.searched_types if t not in STANDING_TYPES)
+
+    @property
+    def standing_types(self) -> tuple[str, ...]:
+        """The searched standing-fact types, ranked on their own."""
+        return tuple(t for t in self.searched_types if t in STANDING_TYPES)
+
+    @property
     def skipped(self) -> frozenset[str]:
         return frozenset(s.strip().lower() for s in self.skip_speakers.split(",") if s.strip())
 
@@ -58,8 +78,8 @@ class ProfileConfig:
         for name in ("same", "update", "key_same", "recency"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"profile {name} must be in [0, 1], got {getattr(self, name)}")
-        if self.half_life <= 0 or self.window < 1 or self.record_depth < 1 or self.depth < 1 or self.cite < 1:
-            raise ValueError("profile half_life must be > 0; window, record_depth, depth and cite >= 1")
+        if self.half_life <= 0 or min(self.window, self.record_depth, self.standing_depth, self.depth, self.cite) < 1:
+            raise ValueError("profile half_life must be > 0; window, record_depth, standing_depth, depth, cite >= 1")
         unknown = set(self.searched_types) - set(RECORD_TYPES)
         if unknown:
             raise ValueError(f"profile types must be among {', '.join(RECORD_TYPES)}, got {', '.join(sorted(unknown))}")
