@@ -46,6 +46,7 @@ class Focus:
     anchors: list[str] = field(default_factory=list)
     seen: dict[str, int] = field(default_factory=dict)
     said: dict[str, str] = field(default_factory=dict)
+    last: str = ""  # the previous turn of the session, when it named or stated something (a reply continues it)
 
     def is_goal(self, anchor: str, recur: int, whole: bool = True) -> bool:
         """An anchor names a goal when every word of it (numbers aside; any word unless `whole`) already named
@@ -65,11 +66,13 @@ class Focus:
         whole: bool = True,
         quotes: bool = True,
         gather: bool = True,
+        replies: bool = False,
     ) -> list[str]:
         """Advance over one turn; returns what it continues: the anchors of the goal in focus it does not name, and
-        the earlier turn that said a value it quotes ("scrap Casa Azul; we go with Villa Mar")."""
+        the earlier turn that said a value it quotes ("scrap Casa Azul; we go with Villa Mar"); with `replies`, a
+        turn that names and states nothing ("Go for the cheaper one.") also continues the turn before it."""
         if session != self.session:
-            self.session, self.anchors = session, []
+            self.session, self.anchors, self.last = session, [], ""
         goals = [a for a in anchors if self.is_goal(a, recur, whole)]
         inherited: list[str] = []
         if goals:
@@ -94,10 +97,19 @@ class Focus:
             self.seen[word] = self.seen.get(word, 0) + 1
         if len(self.seen) > MAX_SEEN:
             self.seen = dict(sorted(self.seen.items(), key=lambda kv: -kv[1])[: MAX_SEEN // 2])
+        if replies and not anchors and not values and self.last:
+            quoted.append(self.last)
+        self.last = text[:QUOTE_CHARS] if anchors or values else ""
         return inherited + [q for q in dict.fromkeys(quoted) if q != context]
 
     def to_json(self) -> dict[str, Any]:
-        return {"session": self.session, "anchors": self.anchors, "seen": self.seen, "said": self.said}
+        return {
+            "session": self.session,
+            "anchors": self.anchors,
+            "seen": self.seen,
+            "said": self.said,
+            "last": self.last,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> Focus:

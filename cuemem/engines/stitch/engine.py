@@ -148,6 +148,7 @@ class StitchEngine(BaseEngine):
                 whole=self.config.focus_whole,
                 quotes=self.config.focus_quotes,
                 gather=self.config.focus_gather,
+                replies=self.config.focus_replies,
             )
             for t, a in zip(turns, analyses, strict=True)
         ]

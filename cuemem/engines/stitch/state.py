@@ -27,6 +27,7 @@ class StitchConfig:
     use_focus: bool = True  # references resolve to the goal in focus (index/focus.py), else to recent mentions
     focus_whole: bool = False  # an anchor is a goal's name when all its words recur (else: any of them)
     focus_gather: bool = False  # what a turn under the goal names joins the focus (dev: 0.810 vs 0.821 without)
+    focus_replies: bool = False  # a turn naming and stating nothing continues the turn before it
     focus_quotes: bool = True  # a turn quoting an earlier value continues the turn that said it
     focus_recur: int = 2  # earlier turns an anchor word must have named before a turn naming it switches focus
     model: bool = False  # label with the model client (constrained choices) instead of spaCy + embeddings
