@@ -17,6 +17,7 @@ from typing import Any
 
 from ...index.text import STOPWORDS
 from ..stitch.analysis import LIGHT_VERBS as STITCH_LIGHT_VERBS
+from ..stitch.analysis import anchors as goal_anchors
 from ..stitch.analysis import load_spacy
 
 MAX_WORDS = 4
@@ -81,6 +82,7 @@ class Candidate:
 @dataclass
 class TextConcepts:
     candidates: list[Candidate] = field(default_factory=list)
+    anchors: list[str] = field(default_factory=list)  # what the text names: the goals it may be about (hop.py)
 
 
 def _lemma_form(tokens: Sequence[Any]) -> str | None:
@@ -132,7 +134,7 @@ def _concepts(doc: Any, limit: int, verbs: bool) -> TextConcepts:
     # entities and phrases first: they are the most specific; keep the text order within each kind
     order = {"entity": 0, "chunk": 1, "keyword": 2, "action": 3}
     ranked = sorted(found.values(), key=lambda c: order[c.kind])
-    return TextConcepts(ranked[:limit])
+    return TextConcepts(ranked[:limit], goal_anchors(doc))
 
 
 def extract_concepts(

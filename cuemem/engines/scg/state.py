@@ -10,6 +10,8 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ...index.focus import Focus
+
 
 @dataclass(frozen=True)
 class ScgConfig:
@@ -37,6 +39,14 @@ class ScgConfig:
     concept_boost: float = 0.0  # or as a boost: a fused score times 1 + boost x (activation mass / the top's)
     fusion: bool = True  # combine with BM25 and dense (off: the activation ranking alone, as in the paper)
     fusion_depth: int = 200  # ranks of each list that enter the fusion
+    # the second hop (hop.py): pivot turns -> their goal -> the goal's turns, by the asked attribute
+    hop_weight: float = 1.0  # weight of the hop ranking in the rank fusion with the first (0: no second hop)
+    hop_pivots: int = 3  # top turns of the first ranking that start the hop (weight 1 / rank)
+    hop_question: float = 1.0  # activation the question's own goal words start with
+    hop_width: int = 50  # most activated turns that enter the hop ranking
+    hop_attribute: float = 1.0  # hop score = activation x (cosine with the question) ^ hop_attribute
+    focus_recur: int = 2  # earlier turns an anchor word must have named before it switches focus (index/focus.py)
+    focus_whole: bool = False  # an anchor names a goal when all its words recur (else: any of them)
 
 
 @dataclass
@@ -63,5 +73,13 @@ class ScgState:
 
 
 STATE = "state"
+FOCUS = "focus"  # the goal in focus at the end of the ingested log (kv, dropped with the engine's state)
 
-__all__ = ["STATE", "ScgConfig", "ScgState"]
+
+def load_focus(raw: Any) -> Focus:
+    """The stored goal in focus (none before the first turn)."""
+    data = raw if isinstance(raw, dict) else json.loads(raw) if isinstance(raw, str) else None
+    return Focus.from_json(data)
+
+
+__all__ = ["FOCUS", "STATE", "ScgConfig", "ScgState", "load_focus"]
