@@ -11,6 +11,7 @@ reciprocal rank with BM25 and dense similarity (`fusion`), then refined like eve
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -18,7 +19,6 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from ...index.focus import Focus
 from ...index.fusion import reciprocal_rank_fusion
 from ...llm.base import LLMError
 from ...store.base import DerivedSpec, NewItem, text_hash
@@ -31,9 +31,9 @@ from ..structure import hit_text, turn_fields, with_header_tokens
 from .assimilate import NEW_CONCEPT, ModelAssimilator, TextAssimilator, concept_messages
 from .concepts import Candidate, extract_concepts
 from .graph import AssociativeGraph, spread_activation, top_concepts
-from .hop import GoalGraph, Path, goal_words, second_hop
+from .hop import GoalGraph, Goals, Path, goal_words, second_hop
 from .schema import Schema
-from .state import FOCUS, STATE, ScgConfig, ScgState, load_focus
+from .state import FOCUS, STATE, ScgConfig, ScgState, load_json
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ class Seeds:
     outside: int = 0
     free: list[str] | None = None  # unconstrained keywords, where they were generated
     anchors: list[str] | None = None  # what the question names (its own goal, for the second hop)
+    values: list[str] | None = None  # the times, amounts and dates it states (the pivot's value)
 
 
 class ScgEngine(BaseEngine):
@@ -138,8 +139,8 @@ class ScgEngine(BaseEngine):
         model = ctx.embedder.name
         with store.transaction():
             state = self.state(ctx)
-            focus = load_focus(store.kv_get(ns, self.name, FOCUS))
-            goals = [self._goal(focus, t, w, f.anchors) for t, w, f in zip(turns, words, found, strict=True)]
+            focus = Goals.from_json(load_json(store.kv_get(ns, self.name, FOCUS)))
+            goals = [self._goal(focus, t, w, f.anchors, f.values) for t, w, f in zip(turns, words, found, strict=True)]
             schema = self.load_schema(ctx) if len(known) != state.concepts else known
             vectors = phrase  # keys already in the schema at the start of the batch need none
             grounded = []
@@ -192,14 +193,21 @@ class ScgEngine(BaseEngine):
             store.kv_set(ns, self.name, STATE, state.to_json())
             store.kv_set(ns, self.name, FOCUS, focus.to_json())
 
-    def _goal(self, focus: Focus, turn: Turn, text: str, anchors: list[str]) -> list[str]:
-        """The anchors of the goal a turn belongs to: the goal in focus after it (its own when it names one, else
-        the one it continues; index/focus.py), lower-cased."""
+    def _goal(self, goals: Goals, turn: Turn, text: str, anchors: list[str], values: list[str]) -> list[str]:
+        """The anchors of the goal a turn belongs to (hop.py `Goals`): its own when it names one, else the goal of
+        a value it quotes, else the goal in focus it continues."""
         if self.config.hop_weight <= 0:
             return []
         cfg = self.config
-        focus.step(turn.session_id, anchors, text, recur=cfg.focus_recur, whole=cfg.focus_whole, quotes=False)
-        return list(dict.fromkeys(a.lower() for a in focus.anchors))
+        return goals.step(
+            turn.session_id,
+            anchors,
+            text,
+            values,
+            recur=cfg.focus_recur,
+            whole=cfg.focus_whole,
+            quotes=cfg.focus_quotes,
+        )
 
     # ------------------------------------------------------------------ recall
     def recall_view(self, ctx: EngineContext) -> Recall:
@@ -232,7 +240,7 @@ class ScgEngine(BaseEngine):
         found = extract_concepts([query], cfg.concepts_per_turn)[0]
         candidates = found.candidates
         weights: dict[str, float] = {}
-        result = Seeds(weights, anchors=found.anchors)
+        result = Seeds(weights, anchors=found.anchors, values=found.values)
         if not cfg.constrained:  # the paper's ablation: generate keywords freely, then look them up
             free = [c.key for c in candidates]
             result.free, result.generated = free, len(free)
@@ -245,7 +253,7 @@ class ScgEngine(BaseEngine):
         if cfg.model and len(schema):
             try:
                 chosen = self._model_seeds(ctx, view, query, query_vector, candidates)
-                chosen.anchors = found.anchors
+                chosen.anchors, chosen.values = found.anchors, found.values
                 return self._top_seeds(chosen, graph)
             except LLMError as exc:
                 log.warning("%s: seeding fell back to model-free matching: %s", self.name, exc)
@@ -365,7 +373,7 @@ class ScgEngine(BaseEngine):
         first = ranking(query, query_vector)
         paths: dict[int, Path] = {}
         if cfg.hop_weight > 0 and first:
-            first, paths = self.hop(ctx, view, first, seeds.anchors or [], query_vector)
+            first, paths = self.hop(ctx, view, first, seeds, query_vector)
         ranked, detail = refine(ctx, turn_space, query, query_vector, first, ranking)
         hits = ctx.hits_from_items(ranked[:k], self.name)
         items = [i for i, _ in ranked[:k] if i in paths]
@@ -395,36 +403,66 @@ class ScgEngine(BaseEngine):
         ctx: EngineContext,
         view: Recall,
         first: list[tuple[int, float]],
-        anchors: list[str],
+        seeds: Seeds,
         query_vector: np.ndarray,
     ) -> tuple[list[tuple[int, float]], dict[int, Path]]:
-        """The second hop (hop.py): the goal's turns reached from the first ranking's pivots and the question's
-        own goal, ordered by activation x similarity to the question (the asked attribute), fused by reciprocal
-        rank with the first ranking (weight hop_weight)."""
+        """The second hop (hop.py): the goal's turns reached from the pivots (the first ranking's top turns, and
+        the turns that state a value or name the question states) and from the question's own goal, ordered by
+        activation x similarity to the question less the pivot (the asked attribute, not the pivot's), fused by
+        reciprocal rank with the first ranking (weight hop_weight)."""
         cfg = self.config
+        pivots: dict[int, float] = {}
+        for rank, (item, _) in enumerate(first[: cfg.hop_pivots]):
+            pivots[item] = pivots.get(item, 0.0) + 1.0 / (rank + 1)
+        if cfg.hop_literal > 0:
+            for item, weight in self.stating(ctx, [*(seeds.values or []), *(seeds.anchors or [])]).items():
+                pivots[item] = pivots.get(item, 0.0) + cfg.hop_literal * weight
         reached, paths = second_hop(
             view.goals,
-            first,
-            goal_words(anchors),
-            pivots=cfg.hop_pivots,
+            pivots,
+            goal_words(seeds.anchors or []),
             question_weight=cfg.hop_question,
             width=cfg.hop_width,
         )
         if not reached:
             return first, {}
-        vectors = ctx.store.item_vectors(ctx.ns, ctx.embedder.name, [i for i, _ in reached])
-        q = np.asarray(query_vector, dtype=np.float64)
-        q = q / (np.linalg.norm(q) or 1.0)
+        wanted = [i for i, _ in reached] + [p.pivot for p in paths.values() if p.pivot is not None]
+        vectors = ctx.store.item_vectors(ctx.ns, ctx.embedder.name, list(dict.fromkeys(wanted)))
+
+        def unit(v: np.ndarray | None) -> np.ndarray | None:
+            return None if v is None else np.asarray(v, dtype=np.float64) / (np.linalg.norm(v) or 1.0)
+
+        q = unit(query_vector)
+        assert q is not None
         scored = []
         for item, activation in reached:
-            v = vectors.get(item)
-            cos = float(v @ q / (np.linalg.norm(v) or 1.0)) if v is not None else 0.0
+            v = unit(vectors.get(item))
+            pivot = paths[item].pivot
+            p = unit(vectors.get(pivot)) if pivot is not None and pivot != item else None
+            r = q if p is None else q - cfg.hop_residual * p
+            cos = float(v @ r) / (np.linalg.norm(r) or 1.0) if v is not None else 0.0
             scored.append((item, activation * max(cos, 0.0) ** cfg.hop_attribute))
         scored.sort(key=lambda x: -x[1])
         fused = reciprocal_rank_fusion(
             [[i for i, _ in first], [i for i, _ in scored]], k=ctx.settings.rrf_k, weights=[1.0, cfg.hop_weight]
         )
         return [(int(i), s) for i, s in fused], paths
+
+    def stating(self, ctx: EngineContext, phrases: Sequence[str]) -> dict[int, float]:
+        """Turns whose words hold one of the phrases as written (the question's values and names: its pivot), each
+        phrase's weight 1 shared among the turns stating it."""
+        out: dict[int, float] = {}
+        for phrase in dict.fromkeys(p.lower().strip() for p in phrases):
+            words = phrase.split()
+            if not words:
+                continue
+            found = ctx.bm25(self.space("turn"), phrase, self.config.hop_literal_depth)
+            items = ctx.store.get_items(ctx.ns, [i for i, _ in found])
+            pattern = re.compile(r"(?<!\w)" + r"\W+".join(re.escape(w) for w in words) + r"(?!\w)")
+            hits = [i for i, _ in found if i in items and pattern.search(items[i].text.lower())]
+            for i in hits:
+                out[i] = out.get(i, 0.0) + 1.0 / len(hits)
+        return out
 
     def _turn_ids(self, ctx: EngineContext, items: Sequence[int | None]) -> dict[int, str]:
         """The turn id each pivot item stands for (the hop's path names turns, not items)."""

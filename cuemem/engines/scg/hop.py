@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from ...index.focus import anchor_words
+from ...index.focus import Focus, anchor_words
 from ...index.text import STOPWORDS
 
 
@@ -31,6 +31,56 @@ def goal_words(anchors: Sequence[str]) -> list[str]:
     """The words of a goal's anchors that identify it: lower-cased, ordinals as numbers, no stop words."""
     words = {w for a in anchors for w in anchor_words(a)}
     return sorted(w for w in words if w not in STOPWORDS or w.isdigit())
+
+
+MAX_SAID = 2_000  # values remembered with the goal they were said for (the oldest forgotten first)
+
+
+@dataclass
+class Goals:
+    """The goal each turn belongs to, carried over the log: the goal in focus (index/focus.py), and the goal each
+    value was last said for, so that a turn naming no goal but quoting a value ("Forget 150, it's 170 now.")
+    continues the goal that value was said for, across sessions too."""
+
+    focus: Focus = field(default_factory=Focus)
+    said: dict[str, list[Any]] = field(default_factory=dict)  # value -> [turn count when said, goal anchors]
+    count: int = 0
+
+    def step(
+        self,
+        session: str | None,
+        anchors: Sequence[str],
+        text: str,
+        values: Sequence[str],
+        *,
+        recur: int,
+        whole: bool,
+        quotes: bool,
+    ) -> list[str]:
+        """Advance over one turn; returns the anchors of its goal (lower-cased)."""
+        named = any(self.focus.is_goal(a, recur, whole) for a in anchors)
+        keys = list(dict.fromkeys(v.lower().strip() for v in [*values, *anchors]))
+        self.focus.step(session, list(anchors), text, recur=recur, whole=whole, quotes=False)
+        quoted = [self.said[k] for k in keys if k in self.said] if quotes and not named else []
+        if quoted:  # the value said last is the one being replaced or referred to
+            self.focus.anchors = list(max(quoted, key=lambda q: q[0])[1])
+        goal = list(dict.fromkeys(a.lower() for a in self.focus.anchors))
+        self.count += 1
+        for key in keys:
+            self.said.pop(key, None)
+            self.said[key] = [self.count, goal]
+        while len(self.said) > MAX_SAID:
+            self.said.pop(next(iter(self.said)))
+        return goal
+
+    def to_json(self) -> dict[str, Any]:
+        return {"focus": self.focus.to_json(), "said": self.said, "count": self.count}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Goals:
+        if not data:
+            return cls()
+        return cls(Focus.from_json(data.get("focus")), dict(data.get("said", {})), int(data.get("count", 0)))
 
 
 @dataclass
@@ -107,15 +157,14 @@ class Path:
 
 def second_hop(
     graph: GoalGraph,
-    first: Sequence[tuple[int, float]],
+    pivots: dict[int, float],
     question_goal: Sequence[str],
     *,
-    pivots: int,
     question_weight: float,
     width: int,
 ) -> tuple[list[tuple[int, float]], dict[int, Path]]:
-    """Spread activation from the first ranking's top `pivots` turns (weight 1 / rank) and the question's own goal
-    words (weight `question_weight`) to the turns of the same goal; the `width` most activated turns with their
+    """Spread activation from the pivot turns (item -> initial activation) and the question's own goal words
+    (activation `question_weight`) to the turns of the same goal; the `width` most activated turns with their
     activation and path (the source that gave each the most)."""
     n = len(graph.turns)
     if n == 0:
@@ -125,13 +174,12 @@ def second_hop(
     source = np.full(n, -1, dtype=np.int64)
     sources: list[tuple[int | None, list[str]]] = []
     starts: list[tuple[int | None, float, sparse.csr_matrix, set[int], list[str]]] = []
-    for rank, (item, _) in enumerate(first[:pivots]):
+    for item, weight in pivots.items():
         r = graph.row.get(item)
-        if r is None:
+        if r is None or weight <= 0:
             continue
-        vec = graph.incidence[r]
         nums = set(graph.numbers[r].indices.tolist())
-        starts.append((item, 1.0 / (rank + 1), vec, nums, goal_words(graph.anchors[item])))
+        starts.append((item, weight, graph.incidence[r], nums, goal_words(graph.anchors[item])))
     if question_weight > 0 and question_goal:
         vec = graph.vector(question_goal)
         if vec.nnz:
@@ -154,4 +202,4 @@ def second_hop(
     return ranked, paths
 
 
-__all__ = ["GoalGraph", "Path", "goal_words", "second_hop"]
+__all__ = ["GoalGraph", "Goals", "Path", "goal_words", "second_hop"]

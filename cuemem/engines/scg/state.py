@@ -10,8 +10,6 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from ...index.focus import Focus
-
 
 @dataclass(frozen=True)
 class ScgConfig:
@@ -42,11 +40,15 @@ class ScgConfig:
     # the second hop (hop.py): pivot turns -> their goal -> the goal's turns, by the asked attribute
     hop_weight: float = 1.0  # weight of the hop ranking in the rank fusion with the first (0: no second hop)
     hop_pivots: int = 3  # top turns of the first ranking that start the hop (weight 1 / rank)
+    hop_literal: float = 1.0  # activation of the turns stating the question's values and names, shared among them
+    hop_literal_depth: int = 20  # BM25 hits searched for a turn stating each value or name as written
+    hop_residual: float = 0.0  # the asked attribute: the question's vector less this times the pivot's
     hop_question: float = 1.0  # activation the question's own goal words start with
     hop_width: int = 50  # most activated turns that enter the hop ranking
     hop_attribute: float = 1.0  # hop score = activation x (cosine with the question) ^ hop_attribute
     focus_recur: int = 2  # earlier turns an anchor word must have named before it switches focus (index/focus.py)
     focus_whole: bool = False  # an anchor names a goal when all its words recur (else: any of them)
+    focus_quotes: bool = True  # a turn naming no goal but quoting a value continues the goal it was said for
 
 
 @dataclass
@@ -76,10 +78,10 @@ STATE = "state"
 FOCUS = "focus"  # the goal in focus at the end of the ingested log (kv, dropped with the engine's state)
 
 
-def load_focus(raw: Any) -> Focus:
-    """The stored goal in focus (none before the first turn)."""
+def load_json(raw: Any) -> dict[str, Any] | None:
+    """A stored JSON object (None when absent)."""
     data = raw if isinstance(raw, dict) else json.loads(raw) if isinstance(raw, str) else None
-    return Focus.from_json(data)
+    return data if isinstance(data, dict) else None
 
 
-__all__ = ["FOCUS", "STATE", "ScgConfig", "ScgState", "load_focus"]
+__all__ = ["FOCUS", "STATE", "ScgConfig", "ScgState", "load_json"]
