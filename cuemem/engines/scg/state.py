@@ -38,9 +38,9 @@ class ScgConfig:
     fusion: bool = True  # combine with BM25 and dense (off: the activation ranking alone, as in the paper)
     fusion_depth: int = 200  # ranks of each list that enter the fusion
     # the second hop (hop.py): pivot turns -> their goal -> the goal's turns, by the asked attribute
-    hop_weight: float = 1.0  # weight of the hop ranking in the rank fusion with the first (0: no second hop)
-    hop_pivots: int = 3  # top turns of the first ranking that start the hop (weight 1 / rank)
-    hop_literal: float = 1.0  # activation of the turns stating the question's values and names, shared among them
+    hop_weight: float = 2.0  # weight of the hop ranking in the rank fusion with the first (0: no second hop)
+    hop_pivots: int = 1  # top turns of the first ranking that start the hop (weight 1 / rank)
+    hop_literal: float = 2.0  # activation of the turns stating the question's values and names, shared among them
     hop_literal_depth: int = 20  # BM25 hits searched for a turn stating each value or name as written
     hop_residual: float = 0.0  # the asked attribute: the question's vector less this times the pivot's
     hop_question: float = 1.0  # activation the question's own goal words start with
@@ -48,7 +48,7 @@ class ScgConfig:
     hop_attribute: float = 1.0  # hop score = activation x (cosine with the question) ^ hop_attribute
     focus_recur: int = 2  # earlier turns an anchor word must have named before it switches focus (index/focus.py)
     focus_whole: bool = False  # an anchor names a goal when all its words recur (else: any of them)
-    focus_quotes: bool = True  # a turn naming no goal but quoting a value continues the goal it was said for
+    focus_quotes: bool = False  # a turn naming no goal but quoting a value continues its goal (dev: off better)
 
 
 @dataclass
