@@ -20,8 +20,8 @@ from cuemem import Memory
 from cuemem.embed import HashingEmbedder
 from cuemem.engines import get_engine
 from cuemem.engines.scg import AssociativeGraph, ScgEngine, extract_concepts, normalise_concept, spread_activation
-from cuemem.engines.scg.state import ScgConfig
 from cuemem.engines.scg.assimilate import NEW_CONCEPT
+from cuemem.engines.scg.state import ScgConfig
 from cuemem.llm import LLMClient
 from cuemem.llm.base import Choice, LLMOutputError, Usage
 from cuemem.llm.local import LocalBackend, gguf_path
