@@ -408,49 +408,41 @@ class ScgEngine(BaseEngine):
     ) -> tuple[list[tuple[int, float]], dict[int, Path]]:
         """The second hop (hop.py): the goal's turns reached from the pivots (the first ranking's top turns, and
         the turns that state a value or name the question states) and from the question's own goal, ordered by
-        activation x similarity to the question less the pivot (the asked attribute, not the pivot's), fused by
-        reciprocal rank with the first ranking (weight hop_weight)."""
+        activation x similarity to the question (the asked attribute), fused by reciprocal rank with the first
+        ranking, weighted hop_weight x the share of the activation the hop ranking holds."""
         cfg = self.config
+        stating = self.stating(ctx, [*(seeds.values or []), *(seeds.anchors or [])])
+        if not stating:  # no value or name of the question is stated by a few turns only: no pivot to hop from
+            return first, {}
         pivots: dict[int, float] = {}
         for rank, (item, _) in enumerate(first[: cfg.hop_pivots]):
             pivots[item] = pivots.get(item, 0.0) + 1.0 / (rank + 1)
-        if cfg.hop_literal > 0:
-            for item, weight in self.stating(ctx, [*(seeds.values or []), *(seeds.anchors or [])]).items():
-                pivots[item] = pivots.get(item, 0.0) + cfg.hop_literal * weight
+        for item, weight in stating.items():
+            pivots[item] = pivots.get(item, 0.0) + cfg.hop_literal * weight
         reached, paths = second_hop(
-            view.goals,
-            pivots,
-            goal_words(seeds.anchors or []),
-            question_weight=cfg.hop_question,
-            width=cfg.hop_width,
+            view.goals, pivots, goal_words(seeds.anchors or []), question_weight=cfg.hop_question
         )
         if not reached:
             return first, {}
-        wanted = [i for i, _ in reached] + [p.pivot for p in paths.values() if p.pivot is not None]
-        vectors = ctx.store.item_vectors(ctx.ns, ctx.embedder.name, list(dict.fromkeys(wanted)))
-
-        def unit(v: np.ndarray | None) -> np.ndarray | None:
-            return None if v is None else np.asarray(v, dtype=np.float64) / (np.linalg.norm(v) or 1.0)
-
-        q = unit(query_vector)
-        assert q is not None
-        scored = []
-        for item, activation in reached:
-            v = unit(vectors.get(item))
-            pivot = paths[item].pivot
-            p = unit(vectors.get(pivot)) if pivot is not None and pivot != item else None
-            r = q if p is None else q - cfg.hop_residual * p
-            cos = float(v @ r) / (np.linalg.norm(r) or 1.0) if v is not None else 0.0
-            scored.append((item, activation * max(cos, 0.0) ** cfg.hop_attribute))
-        scored.sort(key=lambda x: -x[1])
+        cosine = dict(ctx.nearest(self.space("turn"), ctx.embedder.name, query_vector, len(view.goals.turns)))
+        scored = sorted(
+            ((item, activation * max(cosine.get(item, 0.0), 0.0) ** cfg.hop_attribute) for item, activation in reached),
+            key=lambda x: -x[1],
+        )[: cfg.hop_width]
+        # how focused the activation is: the share of it the hop ranking holds (a goal every turn shares: little)
+        kept = {i for i, _ in scored}
+        focus = sum(a for i, a in reached if i in kept) / max(sum(a for _, a in reached), 1e-12)
         fused = reciprocal_rank_fusion(
-            [[i for i, _ in first], [i for i, _ in scored]], k=ctx.settings.rrf_k, weights=[1.0, cfg.hop_weight]
+            [[i for i, _ in first], [i for i, _ in scored]],
+            k=ctx.settings.rrf_k,
+            weights=[1.0, cfg.hop_weight * focus],
         )
-        return [(int(i), s) for i, s in fused], paths
+        return [(int(i), s) for i, s in fused], {i: paths[i] for i, _ in scored}
 
     def stating(self, ctx: EngineContext, phrases: Sequence[str]) -> dict[int, float]:
         """Turns whose words hold one of the phrases as written (the question's values and names: its pivot), each
-        phrase's weight 1 shared among the turns stating it."""
+        phrase's weight 1 shared among the turns stating it; a phrase stated by more than hop_literal_max turns
+        names no pivot."""
         out: dict[int, float] = {}
         for phrase in dict.fromkeys(p.lower().strip() for p in phrases):
             words = phrase.split()
@@ -460,6 +452,8 @@ class ScgEngine(BaseEngine):
             items = ctx.store.get_items(ctx.ns, [i for i, _ in found])
             pattern = re.compile(r"(?<!\w)" + r"\W+".join(re.escape(w) for w in words) + r"(?!\w)")
             hits = [i for i, _ in found if i in items and pattern.search(items[i].text.lower())]
+            if len(hits) > self.config.hop_literal_max:  # said everywhere (a participant's name): no pivot
+                continue
             for i in hits:
                 out[i] = out.get(i, 0.0) + 1.0 / len(hits)
         return out

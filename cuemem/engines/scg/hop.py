@@ -161,11 +161,11 @@ def second_hop(
     question_goal: Sequence[str],
     *,
     question_weight: float,
-    width: int,
 ) -> tuple[list[tuple[int, float]], dict[int, Path]]:
     """Spread activation from the pivot turns (item -> initial activation) and the question's own goal words
-    (activation `question_weight`) to the turns of the same goal; the `width` most activated turns with their
-    activation and path (the source that gave each the most)."""
+    (activation `question_weight`) to the turns of the same goal, each source's activation shared among the turns
+    it reaches in proportion to their goal's cosine with its own; every reached turn with its activation and path
+    (the source that gave it the most)."""
     n = len(graph.turns)
     if n == 0:
         return [], {}
@@ -186,13 +186,14 @@ def second_hop(
             nums = {c for c in vec.indices.tolist() if graph.words[c].isdigit()}
             starts.append((None, question_weight, vec, nums, [w for w in question_goal if w in graph.index]))
     for start, weight, vec, nums, words in starts:
-        received = weight * graph.spread(vec, nums)
+        sim = graph.spread(vec, nums)
+        received = weight * sim / max(float(sim.sum()), 1e-12)  # a source's mass is shared among the turns it reaches
         total += received
         better = received > best
         best = np.where(better, received, best)
         source = np.where(better, len(sources), source)
         sources.append((start, words))
-    order = [i for i in np.argsort(-total, kind="stable")[:width] if total[i] > 0]
+    order = [i for i in np.flatnonzero(total > 0)]
     ranked = [(graph.turns[i], float(total[i])) for i in order]
     paths = {}
     for i in order:

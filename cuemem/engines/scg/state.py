@@ -42,7 +42,7 @@ class ScgConfig:
     hop_pivots: int = 1  # top turns of the first ranking that start the hop (weight 1 / rank)
     hop_literal: float = 2.0  # activation of the turns stating the question's values and names, shared among them
     hop_literal_depth: int = 20  # BM25 hits searched for a turn stating each value or name as written
-    hop_residual: float = 0.0  # the asked attribute: the question's vector less this times the pivot's
+    hop_literal_max: int = 4  # a value or name stated by more turns names no pivot; without a pivot, no hop
     hop_question: float = 1.0  # activation the question's own goal words start with
     hop_width: int = 50  # most activated turns that enter the hop ranking
     hop_attribute: float = 1.0  # hop score = activation x (cosine with the question) ^ hop_attribute
