@@ -21,6 +21,7 @@ from cuemem.embed import HashingEmbedder
 from cuemem.engines import get_engine
 from cuemem.engines.scg import AssociativeGraph, ScgEngine, extract_concepts, normalise_concept, spread_activation
 from cuemem.engines.scg.assimilate import NEW_CONCEPT
+from cuemem.engines.scg.state import ScgConfig
 from cuemem.llm import LLMClient
 from cuemem.llm.base import Choice, LLMOutputError, Usage
 from cuemem.llm.local import LocalBackend, gguf_path
@@ -411,3 +412,56 @@ def test_model_mode_with_the_shipped_model_keeps_every_key_in_the_schema(tmp_pat
         keys = hits[0].detail["concepts"]
         assert keys["keys_outside"] == 0 and set(keys["seeds"]) <= concepts
     assert sum(stage["calls"] for stage in llm.stats().values()) >= 6
+
+
+# --------------------------------------------------------------------------- the second hop (issue 34 item 3)
+# Two houses under renovation; the question names the Harwick cottage only through a value one turn stated for it
+# (9400 pounds), and the answer turn shares no word with the question: only the goal links them.
+HOUSES = [
+    {"id": "h1", "speaker": "Priya", "text": "We finally bought the Harwick cottage last spring."},
+    {"id": "h2", "speaker": "Priya", "text": "The Harwick cottage roof leaks near the chimney."},
+    {"id": "h3", "speaker": "Jonas", "text": "The builder quoted 9400 pounds for the Harwick cottage."},
+    {"id": "h4", "speaker": "Jonas", "text": "Over at Kestrel Lodge the plumbing is ancient."},
+    {"id": "h5", "speaker": "Priya", "text": "Kestrel Lodge will need a new boiler as well."},
+    {"id": "h6", "speaker": "Jonas", "text": "Kestrel Lodge got an estimate of 3100 pounds."},
+    {"id": "h7", "speaker": "Priya", "text": "At Kestrel Lodge, Bruno is doing the carpentry work."},
+    {"id": "h8", "speaker": "Jonas", "text": "Back to the Harwick cottage: Mateus will fit new oak beams."},
+    {"id": "h9", "speaker": "Priya", "text": "My sister adopted a grey kitten on Saturday."},
+    {"id": "h10", "speaker": "Jonas", "text": "The marathon training plan starts with easy runs."},
+    {"id": "h11", "speaker": "Priya", "text": "I doubt the new phone battery lasts a whole day."},
+    {"id": "h12", "speaker": "Jonas", "text": "Our neighbours are doing a noisy garden party tonight."},
+]
+HOP_QUESTION = "Who does the carpentry for the house quoted at 9400 pounds?"
+
+
+def rank_of(hits: list[Any], turn: str) -> int:
+    return next((i for i, h in enumerate(hits) if h.turn_ids == [turn]), len(hits))
+
+
+def test_the_second_hop_reaches_the_answer_through_the_pivots_goal(make_memory) -> None:
+    memory = make_memory("scg")
+    memory.add(HOUSES, user_id="u", session_id="s1")
+    words = set(HOP_QUESTION.lower().replace("?", "").split())
+    assert not words & set(HOUSES[7]["text"].lower().replace(":", "").replace(".", "").split()) - {"the"}
+    hits = memory.search(HOP_QUESTION, user_id="u", k=12).hits
+    answer = hits[rank_of(hits, "h8")]
+    assert rank_of(hits, "h8") < rank_of(hits, "h7")  # the other house's carpentry is the look-alike
+    path = answer.detail["hop"]
+    assert path["pivot"] == "h3" and {"harwick", "cottage"} <= set(path["goal"])
+    flat = make_memory(ScgEngine(ScgConfig(hop_weight=0)), name="flat.db")
+    flat.add(HOUSES, user_id="u", session_id="s1")
+    without = flat.search(HOP_QUESTION, user_id="u", k=12).hits
+    assert rank_of(hits, "h8") < rank_of(without, "h8")
+    assert not any("hop" in h.detail for h in without)
+
+
+def test_deleting_the_pivot_removes_the_hops_path(make_memory) -> None:
+    memory = make_memory("scg")
+    memory.add(HOUSES, user_id="u", session_id="s1")
+    before = memory.search(HOP_QUESTION, user_id="u", k=12).hits
+    assert any(h.detail.get("hop", {}).get("pivot") == "h3" for h in before)
+    assert "9400" in json.dumps(memory.derived_state(user_id="u"))  # the value the pivot said, with its goal
+    memory.delete("h3", user_id="u")
+    hits = memory.search(HOP_QUESTION, user_id="u", k=12).hits
+    assert all(h.detail.get("hop", {}).get("pivot") != "h3" for h in hits)
+    assert "9400" not in json.dumps(memory.derived_state(user_id="u"))

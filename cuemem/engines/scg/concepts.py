@@ -17,7 +17,9 @@ from typing import Any
 
 from ...index.text import STOPWORDS
 from ..stitch.analysis import LIGHT_VERBS as STITCH_LIGHT_VERBS
+from ..stitch.analysis import anchors as goal_anchors
 from ..stitch.analysis import load_spacy
+from ..stitch.analysis import values as stated_values
 
 MAX_WORDS = 4
 MAX_CHARS = 48
@@ -81,6 +83,8 @@ class Candidate:
 @dataclass
 class TextConcepts:
     candidates: list[Candidate] = field(default_factory=list)
+    anchors: list[str] = field(default_factory=list)  # what the text names: the goals it may be about (hop.py)
+    values: list[str] = field(default_factory=list)  # times, amounts and dates it states (hop.py)
 
 
 def _lemma_form(tokens: Sequence[Any]) -> str | None:
@@ -132,7 +136,7 @@ def _concepts(doc: Any, limit: int, verbs: bool) -> TextConcepts:
     # entities and phrases first: they are the most specific; keep the text order within each kind
     order = {"entity": 0, "chunk": 1, "keyword": 2, "action": 3}
     ranked = sorted(found.values(), key=lambda c: order[c.kind])
-    return TextConcepts(ranked[:limit])
+    return TextConcepts(ranked[:limit], goal_anchors(doc), stated_values(doc))
 
 
 def extract_concepts(

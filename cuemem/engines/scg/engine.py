@@ -11,6 +11,7 @@ reciprocal rank with BM25 and dense similarity (`fusion`), then refined like eve
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -30,8 +31,9 @@ from ..structure import hit_text, turn_fields, with_header_tokens
 from .assimilate import NEW_CONCEPT, ModelAssimilator, TextAssimilator, concept_messages
 from .concepts import Candidate, extract_concepts
 from .graph import AssociativeGraph, spread_activation, top_concepts
+from .hop import GoalGraph, Goals, Path, goal_words, second_hop
 from .schema import Schema
-from .state import STATE, ScgConfig, ScgState
+from .state import FOCUS, STATE, ScgConfig, ScgState, load_json
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,7 @@ class Recall:
     schema: Schema
     graph: AssociativeGraph
     transition: sparse.csr_matrix
+    goals: GoalGraph
 
 
 @dataclass
@@ -53,6 +56,8 @@ class Seeds:
     generated: int = 0
     outside: int = 0
     free: list[str] | None = None  # unconstrained keywords, where they were generated
+    anchors: list[str] | None = None  # what the question names (its own goal, for the second hop)
+    values: list[str] | None = None  # the times, amounts and dates it states (the pivot's value)
 
 
 class ScgEngine(BaseEngine):
@@ -134,6 +139,8 @@ class ScgEngine(BaseEngine):
         model = ctx.embedder.name
         with store.transaction():
             state = self.state(ctx)
+            focus = Goals.from_json(load_json(store.kv_get(ns, self.name, FOCUS)))
+            goals = [self._goal(focus, t, w, f.anchors, f.values) for t, w, f in zip(turns, words, found, strict=True)]
             schema = self.load_schema(ctx) if len(known) != state.concepts else known
             vectors = phrase  # keys already in the schema at the start of the batch need none
             grounded = []
@@ -155,12 +162,8 @@ class ScgEngine(BaseEngine):
             store.put_vectors(ns, turn_space, model, rows)
             store.put_labels(
                 ns,
-                [
-                    (ids[t.id], "concept", k)
-                    for t, g in zip(turns, grounded, strict=True)
-                    if t.id in ids
-                    for k in g.keys
-                ],
+                [(ids[t.id], "concept", k) for t, g in zip(turns, grounded, strict=True) if t.id in ids for k in g.keys]
+                + [(ids[t.id], "goal", a) for t, g in zip(turns, goals, strict=True) if t.id in ids for a in g],
             )
             new = [(t, c) for t, g in zip(turns, grounded, strict=True) for c in g.new]
             store.put_items(
@@ -188,6 +191,23 @@ class ScgEngine(BaseEngine):
                     state.fallbacks,
                 )
             store.kv_set(ns, self.name, STATE, state.to_json())
+            store.kv_set(ns, self.name, FOCUS, focus.to_json())
+
+    def _goal(self, goals: Goals, turn: Turn, text: str, anchors: list[str], values: list[str]) -> list[str]:
+        """The anchors of the goal a turn belongs to (hop.py `Goals`): its own when it names one, else the goal of
+        a value it quotes, else the goal in focus it continues."""
+        if self.config.hop_weight <= 0:
+            return []
+        cfg = self.config
+        return goals.step(
+            turn.session_id,
+            anchors,
+            text,
+            values,
+            recur=cfg.focus_recur,
+            whole=cfg.focus_whole,
+            quotes=cfg.focus_quotes,
+        )
 
     # ------------------------------------------------------------------ recall
     def recall_view(self, ctx: EngineContext) -> Recall:
@@ -200,14 +220,15 @@ class ScgEngine(BaseEngine):
             cached = ctx.indexes.view(ns, name, version)
             if isinstance(cached, Recall):
                 return cached
-            links = [
-                (item, label)
-                for item, kind, label in store.labels_in_space(ns, self.space("turn"))
-                if kind == "concept"
-            ]
+            links, goal_links = [], []
+            for item, kind, label in store.labels_in_space(ns, self.space("turn")):
+                if kind == "concept":
+                    links.append((item, label))
+                elif kind == "goal":
+                    goal_links.append((item, label))
             schema = self.load_schema(ctx)
             graph = AssociativeGraph.build(links)
-            view = Recall(schema, graph, graph.transition(self.config.temperature))
+            view = Recall(schema, graph, graph.transition(self.config.temperature), GoalGraph.build(goal_links))
             ctx.indexes.keep_view(ns, name, version, view)
             return view
 
@@ -216,9 +237,10 @@ class ScgEngine(BaseEngine):
         (model-free), chosen under the trie constraint (model mode), or, without the constraint, free keywords
         looked up by embedding. At most `beam` seeds, the most specific (similarity x IDF) first."""
         cfg, schema, graph = self.config, view.schema, view.graph
-        candidates = extract_concepts([query], cfg.concepts_per_turn)[0].candidates
+        found = extract_concepts([query], cfg.concepts_per_turn)[0]
+        candidates = found.candidates
         weights: dict[str, float] = {}
-        result = Seeds(weights)
+        result = Seeds(weights, anchors=found.anchors, values=found.values)
         if not cfg.constrained:  # the paper's ablation: generate keywords freely, then look them up
             free = [c.key for c in candidates]
             result.free, result.generated = free, len(free)
@@ -230,7 +252,9 @@ class ScgEngine(BaseEngine):
             return self._top_seeds(result, graph)
         if cfg.model and len(schema):
             try:
-                return self._top_seeds(self._model_seeds(ctx, view, query, query_vector, candidates), graph)
+                chosen = self._model_seeds(ctx, view, query, query_vector, candidates)
+                chosen.anchors, chosen.values = found.anchors, found.values
+                return self._top_seeds(chosen, graph)
             except LLMError as exc:
                 log.warning("%s: seeding fell back to model-free matching: %s", self.name, exc)
         unmatched: list[str] = []
@@ -346,8 +370,14 @@ class ScgEngine(BaseEngine):
                 fused.sort(key=lambda x: -x[1])
             return fused
 
-        ranked, detail = refine(ctx, turn_space, query, query_vector, ranking(query, query_vector), ranking)
+        first = ranking(query, query_vector)
+        paths: dict[int, Path] = {}
+        if cfg.hop_weight > 0 and first:
+            first, paths = self.hop(ctx, view, first, seeds, query_vector)
+        ranked, detail = refine(ctx, turn_space, query, query_vector, first, ranking)
         hits = ctx.hits_from_items(ranked[:k], self.name)
+        items = [i for i, _ in ranked[:k] if i in paths]
+        turn_ids = self._turn_ids(ctx, [paths[i].pivot for i in items])
         keys = {
             "seeds": seeds.weights,
             "activated": concepts[:10],
@@ -356,9 +386,83 @@ class ScgEngine(BaseEngine):
         }
         if seeds.free is not None:
             keys["free_keywords"] = seeds.free
+        hop_of = {tuple(hit.turn_ids): None for hit in hits}
+        found = ctx.store.get_items(ctx.ns, items)
+        for i in items:
+            if i in found:
+                hop_of[tuple(found[i].turn_ids)] = paths[i].describe(turn_ids)  # type: ignore[assignment]
         for hit in hits:
             hit.detail = {**hit.detail, **hit_detail(detail, hit), "concepts": keys}
+            path = hop_of.get(tuple(hit.turn_ids))
+            if path is not None:
+                hit.detail["hop"] = path
         return hits
+
+    def hop(
+        self,
+        ctx: EngineContext,
+        view: Recall,
+        first: list[tuple[int, float]],
+        seeds: Seeds,
+        query_vector: np.ndarray,
+    ) -> tuple[list[tuple[int, float]], dict[int, Path]]:
+        """The second hop (hop.py): the goal's turns reached from the pivots (the first ranking's top turns, and
+        the turns that state a value or name the question states) and from the question's own goal, ordered by
+        activation x similarity to the question (the asked attribute), fused by reciprocal rank with the first
+        ranking, weighted hop_weight x the share of the activation the hop ranking holds."""
+        cfg = self.config
+        stating = self.stating(ctx, [*(seeds.values or []), *(seeds.anchors or [])])
+        if not stating:  # no value or name of the question is stated by a few turns only: no pivot to hop from
+            return first, {}
+        pivots: dict[int, float] = {}
+        for rank, (item, _) in enumerate(first[: cfg.hop_pivots]):
+            pivots[item] = pivots.get(item, 0.0) + 1.0 / (rank + 1)
+        for item, weight in stating.items():
+            pivots[item] = pivots.get(item, 0.0) + cfg.hop_literal * weight
+        reached, paths = second_hop(
+            view.goals, pivots, goal_words(seeds.anchors or []), question_weight=cfg.hop_question
+        )
+        if not reached:
+            return first, {}
+        cosine = dict(ctx.nearest(self.space("turn"), ctx.embedder.name, query_vector, len(view.goals.turns)))
+        scored = sorted(
+            ((item, activation * max(cosine.get(item, 0.0), 0.0) ** cfg.hop_attribute) for item, activation in reached),
+            key=lambda x: -x[1],
+        )[: cfg.hop_width]
+        # how focused the activation is: the share of it the hop ranking holds (a goal every turn shares: little)
+        kept = {i for i, _ in scored}
+        focus = sum(a for i, a in reached if i in kept) / max(sum(a for _, a in reached), 1e-12)
+        fused = reciprocal_rank_fusion(
+            [[i for i, _ in first], [i for i, _ in scored]],
+            k=ctx.settings.rrf_k,
+            weights=[1.0, cfg.hop_weight * focus],
+        )
+        return [(int(i), s) for i, s in fused], {i: paths[i] for i, _ in scored}
+
+    def stating(self, ctx: EngineContext, phrases: Sequence[str]) -> dict[int, float]:
+        """Turns whose words hold one of the phrases as written (the question's values and names: its pivot), each
+        phrase's weight 1 shared among the turns stating it; a phrase stated by more than hop_literal_max turns
+        names no pivot."""
+        out: dict[int, float] = {}
+        for phrase in dict.fromkeys(p.lower().strip() for p in phrases):
+            words = phrase.split()
+            if not words:
+                continue
+            found = ctx.bm25(self.space("turn"), phrase, self.config.hop_literal_depth)
+            items = ctx.store.get_items(ctx.ns, [i for i, _ in found])
+            pattern = re.compile(r"(?<!\w)" + r"\W+".join(re.escape(w) for w in words) + r"(?!\w)")
+            hits = [i for i, _ in found if i in items and pattern.search(items[i].text.lower())]
+            if len(hits) > self.config.hop_literal_max:  # said everywhere (a participant's name): no pivot
+                continue
+            for i in hits:
+                out[i] = out.get(i, 0.0) + 1.0 / len(hits)
+        return out
+
+    def _turn_ids(self, ctx: EngineContext, items: Sequence[int | None]) -> dict[int, str]:
+        """The turn id each pivot item stands for (the hop's path names turns, not items)."""
+        wanted = [i for i in dict.fromkeys(items) if i is not None]
+        found = ctx.store.get_items(ctx.ns, wanted) if wanted else {}
+        return {i: it.turn_ids[0] for i, it in found.items() if it.turn_ids}
 
 
 VARIANTS: dict[str, ScgConfig] = {

@@ -37,6 +37,18 @@ class ScgConfig:
     concept_boost: float = 0.0  # or as a boost: a fused score times 1 + boost x (activation mass / the top's)
     fusion: bool = True  # combine with BM25 and dense (off: the activation ranking alone, as in the paper)
     fusion_depth: int = 200  # ranks of each list that enter the fusion
+    # the second hop (hop.py): pivot turns -> their goal -> the goal's turns, by the asked attribute
+    hop_weight: float = 2.0  # weight of the hop ranking in the rank fusion with the first (0: no second hop)
+    hop_pivots: int = 1  # top turns of the first ranking that start the hop (weight 1 / rank)
+    hop_literal: float = 2.0  # activation of the turns stating the question's values and names, shared among them
+    hop_literal_depth: int = 20  # BM25 hits searched for a turn stating each value or name as written
+    hop_literal_max: int = 4  # a value or name stated by more turns names no pivot; without a pivot, no hop
+    hop_question: float = 1.0  # activation the question's own goal words start with
+    hop_width: int = 50  # most activated turns that enter the hop ranking
+    hop_attribute: float = 1.0  # hop score = activation x (cosine with the question) ^ hop_attribute
+    focus_recur: int = 2  # earlier turns an anchor word must have named before it switches focus (index/focus.py)
+    focus_whole: bool = False  # an anchor names a goal when all its words recur (else: any of them)
+    focus_quotes: bool = False  # a turn naming no goal but quoting a value continues its goal (dev: off better)
 
 
 @dataclass
@@ -63,5 +75,13 @@ class ScgState:
 
 
 STATE = "state"
+FOCUS = "focus"  # the goal in focus at the end of the ingested log (kv, dropped with the engine's state)
 
-__all__ = ["STATE", "ScgConfig", "ScgState"]
+
+def load_json(raw: Any) -> dict[str, Any] | None:
+    """A stored JSON object (None when absent)."""
+    data = raw if isinstance(raw, dict) else json.loads(raw) if isinstance(raw, str) else None
+    return data if isinstance(data, dict) else None
+
+
+__all__ = ["FOCUS", "STATE", "ScgConfig", "ScgState", "load_json"]

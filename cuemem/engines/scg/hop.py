@@ -1,0 +1,206 @@
+"""The second hop (SCG-MEM's spreading activation over goals; docs/design.md design 2, issue 34 item 3).
+
+A multi-hop question names a *pivot* ("the day whose lodging is 170 euros") and asks an attribute of the goal the
+pivot belongs to ("the hour of its walk"); the answer turn shares no word with the question, only the goal. Each
+turn is linked at ingest to its goal: the anchors of the goal in focus (index/focus.py), its own when it names one,
+else those it inherits ("Make it 170 now." continues the day in focus). Goal words are concepts of a second
+bipartite layer of the associative graph (turns x goal words, weighted by IDF as the paper weighs concepts).
+
+At query time activation starts on the first ranking's top turns (the pivot candidates, weighted by rank) and on
+the question's own goal words; it spreads turn -> goal words -> turns, each turn receiving the IDF-weighted cosine
+of its goal with the pivot's. Numbers in a goal identify it ("day 1" is not "day 3"): a turn whose goal holds
+numbers none of which the pivot's holds receives nothing from that pivot. The goal's turns are then ordered by
+their similarity to the question (the asked attribute) times their activation, and this hop ranking is fused with
+the first by reciprocal rank. Each hop hit keeps its path: the pivot turn, the shared goal words, the activation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import sparse
+
+from ...index.focus import Focus, anchor_words
+from ...index.text import STOPWORDS
+
+
+def goal_words(anchors: Sequence[str]) -> list[str]:
+    """The words of a goal's anchors that identify it: lower-cased, ordinals as numbers, no stop words."""
+    words = {w for a in anchors for w in anchor_words(a)}
+    return sorted(w for w in words if w not in STOPWORDS or w.isdigit())
+
+
+MAX_SAID = 2_000  # values remembered with the goal they were said for (the oldest forgotten first)
+
+
+@dataclass
+class Goals:
+    """The goal each turn belongs to, carried over the log: the goal in focus (index/focus.py), and the goal each
+    value was last said for, so that a turn naming no goal but quoting a value ("Forget 150, it's 170 now.")
+    continues the goal that value was said for, across sessions too."""
+
+    focus: Focus = field(default_factory=Focus)
+    said: dict[str, list[Any]] = field(default_factory=dict)  # value -> [turn count when said, goal anchors]
+    count: int = 0
+
+    def step(
+        self,
+        session: str | None,
+        anchors: Sequence[str],
+        text: str,
+        values: Sequence[str],
+        *,
+        recur: int,
+        whole: bool,
+        quotes: bool,
+    ) -> list[str]:
+        """Advance over one turn; returns the anchors of its goal (lower-cased)."""
+        named = any(self.focus.is_goal(a, recur, whole) for a in anchors)
+        keys = list(dict.fromkeys(v.lower().strip() for v in [*values, *anchors]))
+        self.focus.step(session, list(anchors), text, recur=recur, whole=whole, quotes=False)
+        quoted = [self.said[k] for k in keys if k in self.said] if quotes and not named else []
+        if quoted:  # the value said last is the one being replaced or referred to
+            self.focus.anchors = list(max(quoted, key=lambda q: q[0])[1])
+        goal = list(dict.fromkeys(a.lower() for a in self.focus.anchors))
+        self.count += 1
+        for key in keys:
+            self.said.pop(key, None)
+            self.said[key] = [self.count, goal]
+        while len(self.said) > MAX_SAID:
+            self.said.pop(next(iter(self.said)))
+        return goal
+
+    def to_json(self) -> dict[str, Any]:
+        return {"focus": self.focus.to_json(), "said": self.said, "count": self.count}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Goals:
+        if not data:
+            return cls()
+        return cls(Focus.from_json(data.get("focus")), dict(data.get("said", {})), int(data.get("count", 0)))
+
+
+@dataclass
+class GoalGraph:
+    """Turns x goal words (1 where the turn's goal holds the word), IDF over the turns that have a goal."""
+
+    turns: list[int]  # turn item ids, in row order
+    row: dict[int, int]
+    words: list[str]
+    index: dict[str, int]
+    incidence: sparse.csr_matrix  # turns x words, IDF-weighted, rows L2-normalised
+    numbers: sparse.csr_matrix  # turns x words, 1 where the word is a number
+    has_number: np.ndarray  # per turn: its goal holds a number
+    idf: np.ndarray  # per word
+    anchors: dict[int, list[str]] = field(default_factory=dict)  # turn item -> its goal's anchors (for the path)
+
+    @classmethod
+    def build(cls, links: Sequence[tuple[int, str]]) -> GoalGraph:
+        """From (turn item, goal anchor) links."""
+        anchors: dict[int, list[str]] = {}
+        for item, anchor in links:
+            anchors.setdefault(item, []).append(anchor)
+        turns = list(anchors)
+        row = {t: i for i, t in enumerate(turns)}
+        index: dict[str, int] = {}
+        r, c = [], []
+        for i, t in enumerate(turns):
+            for w in goal_words(anchors[t]):
+                r.append(i)
+                c.append(index.setdefault(w, len(index)))
+        shape = (len(turns), len(index))
+        ones = sparse.csr_matrix((np.ones(len(r)), (np.array(r, dtype=np.int64), np.array(c, dtype=np.int64))), shape)
+        df = np.asarray(ones.sum(axis=0)).ravel()
+        idf = np.log((1.0 + len(turns)) / (1.0 + df)) + 1.0
+        weighted = (ones @ sparse.diags(idf)).tocsr()
+        norms = np.sqrt(np.asarray(weighted.multiply(weighted).sum(axis=1)).ravel())
+        weighted = (sparse.diags(1.0 / np.maximum(norms, 1e-12)) @ weighted).tocsr()
+        words = list(index)
+        digit = np.array([w.isdigit() for w in words], dtype=np.float64)
+        numbers = (ones @ sparse.diags(digit)).tocsr()
+        numbers.eliminate_zeros()
+        has_number = np.diff(numbers.indptr) > 0
+        return cls(turns, row, words, index, weighted, numbers, has_number, idf, anchors)
+
+    def vector(self, words: Sequence[str]) -> sparse.csr_matrix:
+        """A goal given by its words, as a row like the incidence's (IDF-weighted, normalised; unknown words
+        dropped)."""
+        cols = sorted({self.index[w] for w in words if w in self.index})
+        weights = self.idf[cols] / max(float(np.linalg.norm(self.idf[cols])), 1e-12) if cols else np.zeros(0)
+        return sparse.csr_matrix((weights, ([0] * len(cols), cols)), shape=(1, len(self.words)))
+
+    def spread(self, source: sparse.csr_matrix, numbers: set[int]) -> np.ndarray:
+        """Activation each turn receives from one source goal: the cosine of the goals, 0 where the turn's goal
+        holds numbers and none of the source's."""
+        sim = np.asarray(self.incidence @ source.T.toarray()).ravel()
+        if numbers:
+            shared = np.asarray(self.numbers[:, sorted(numbers)].sum(axis=1)).ravel() > 0
+            sim = np.where(self.has_number & ~shared, 0.0, sim)
+        return sim
+
+
+@dataclass
+class Path:
+    """How a turn was reached: from which pivot turn (or the question), through which goal words."""
+
+    pivot: int | None  # turn item id, None for the question itself
+    goal: list[str]
+    activation: float
+
+    def describe(self, turn_ids: dict[int, str]) -> dict[str, Any]:
+        pivot = "question" if self.pivot is None else turn_ids.get(self.pivot, str(self.pivot))
+        return {"pivot": pivot, "goal": self.goal, "activation": round(self.activation, 4)}
+
+
+def second_hop(
+    graph: GoalGraph,
+    pivots: dict[int, float],
+    question_goal: Sequence[str],
+    *,
+    question_weight: float,
+) -> tuple[list[tuple[int, float]], dict[int, Path]]:
+    """Spread activation from the pivot turns (item -> initial activation) and the question's own goal words
+    (activation `question_weight`) to the turns of the same goal, each source's activation shared among the turns
+    it reaches in proportion to their goal's cosine with its own; every reached turn with its activation and path
+    (the source that gave it the most)."""
+    n = len(graph.turns)
+    if n == 0:
+        return [], {}
+    total = np.zeros(n)
+    best = np.zeros(n)
+    source = np.full(n, -1, dtype=np.int64)
+    sources: list[tuple[int | None, list[str]]] = []
+    starts: list[tuple[int | None, float, sparse.csr_matrix, set[int], list[str]]] = []
+    for item, weight in pivots.items():
+        r = graph.row.get(item)
+        if r is None or weight <= 0:
+            continue
+        nums = set(graph.numbers[r].indices.tolist())
+        starts.append((item, weight, graph.incidence[r], nums, goal_words(graph.anchors[item])))
+    if question_weight > 0 and question_goal:
+        vec = graph.vector(question_goal)
+        if vec.nnz:
+            nums = {c for c in vec.indices.tolist() if graph.words[c].isdigit()}
+            starts.append((None, question_weight, vec, nums, [w for w in question_goal if w in graph.index]))
+    for start, weight, vec, nums, words in starts:
+        sim = graph.spread(vec, nums)
+        received = weight * sim / max(float(sim.sum()), 1e-12)  # a source's mass is shared among the turns it reaches
+        total += received
+        better = received > best
+        best = np.where(better, received, best)
+        source = np.where(better, len(sources), source)
+        sources.append((start, words))
+    order = [i for i in np.flatnonzero(total > 0)]
+    ranked = [(graph.turns[i], float(total[i])) for i in order]
+    paths = {}
+    for i in order:
+        pivot, words = sources[int(source[i])]
+        mine = set(goal_words(graph.anchors[graph.turns[i]]))
+        paths[graph.turns[i]] = Path(pivot, [w for w in words if w in mine], float(total[i]))
+    return ranked, paths
+
+
+__all__ = ["GoalGraph", "Goals", "Path", "goal_words", "second_hop"]
