@@ -69,7 +69,9 @@ class Settings:
 
     # A SQLite file, or a PostgreSQL DSN (`postgresql://user@host/db`): the server-grade store (README).
     db: Path | str = field(default_factory=default_db_path)
-    engine: str = "hybrid"
+    # "stitch": the best engine on both development sets (LoCoMo dev and the look-alike conversations' dev seeds),
+    # model-free (spaCy + the embedder); README "Engines" says why (issue 34).
+    engine: str = "stitch"
     # "embeddinggemma" (the default: fetched by `make setup` / `cuemem models fetch embeddinggemma`), "minilm"
     # (shipped, no download), the path of a sentence-transformers folder, "openai" (any OpenAI-compatible
     # endpoint) or "hashing" (model-free). Chosen by measurement: BENCHMARKS.md, "Stronger local models".

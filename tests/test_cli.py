@@ -36,7 +36,7 @@ def test_add_search_get_delete(tmp_path):
     assert "already stored: d1" in r.output
     r = cli(tmp_path, "search", "Apollo hotel", "-u", "maya", "--json")
     data = json.loads(r.output)
-    assert r.exit_code == 0 and data["hits"][0]["turn_ids"] == ["d1"] and data["engine"] == "hybrid"
+    assert r.exit_code == 0 and data["hits"][0]["turn_ids"] == ["d1"] and data["engine"] == "stitch"
     r = cli(tmp_path, "get", "d1", "-u", "maya")
     assert json.loads(r.output)["timestamp"] == "3 May"
     r = cli(tmp_path, "delete", "-u", "maya", "d1")

@@ -205,7 +205,10 @@ def profile(
     query: Annotated[str | None, typer.Option("--query", "-q", help="Records relevant to this, best first.")] = None,
     types: Annotated[
         str | None,
-        typer.Option(help="Comma-separated record types: preference, profile, episodic, summary, tool_result."),
+        typer.Option(
+            help="Comma-separated record types: preference, profile, episodic, summary, tool_result, and the"
+            " standing facts value, goal, state, cause."
+        ),
     ] = None,
     records: Annotated[bool, typer.Option("--records", help="Every record with its history, as JSON lines.")] = False,
     subject: Annotated[
