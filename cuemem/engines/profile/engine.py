@@ -63,9 +63,10 @@ QUESTION = re.compile(
 )
 
 
-def bears_on_self(query: str) -> bool:
-    """A message rather than a question, or a question in the first person: standing facts may bear on it."""
-    return bool(SELF.search(query)) or not QUESTION.search(query)
+def bears_on_self(query: str, gate: str = "message") -> bool:
+    """Whether standing facts may bear on a query: a message rather than a question ("message"), or also a question
+    in the first person ("self")."""
+    return not QUESTION.search(query) or (gate == "self" and bool(SELF.search(query)))
 
 
 class ProfileEngine(BaseEngine):
@@ -304,7 +305,7 @@ class ProfileEngine(BaseEngine):
         records = self.scored_records(ctx, vector, cfg.slot_types, cfg.record_depth)
         record_hits = [self._hit(ctx, r, s) for r, s in records]
         standing_hits: list[Hit] = []
-        if cfg.standing_types and cfg.standing_weight > 0 and bears_on_self(query):
+        if cfg.standing_types and cfg.standing_weight > 0 and bears_on_self(query, cfg.standing_gate):
             found = self.scored_records(ctx, vector, cfg.standing_types, cfg.standing_depth, cfg.standing_floor)
             standing_hits = [self._hit(ctx, r, s) for r, s in found]
         if cfg.records_only:

@@ -37,6 +37,9 @@ class ProfileConfig:
     # Standing-facts dev half (20 messages), EmbeddingGemma, R@1 / R@10: 0 -> 0.20 / 0.50, 1 -> 0.55 / 0.85,
     # 2 -> 0.60 / 0.90, 3 as 2 (first-person gate alone: 1 -> 0.55 / 0.75, 2, 3, 5 -> 0.60 / 0.75)
     standing_weight: float = 2.0
+    # which queries the standing facts join: "message" (not a question) or "self" (also a question in the first
+    # person); look-alike dev seeds 0-3 S+M and the standing-facts halves: docs/benchmarks/profile.md
+    standing_gate: str = "message"
     standing_depth: int = 30  # standing facts read from their ranking before fusion
     # the cosine floor of the standing facts' ranking: a later message shares few words with the fact it needs,
     # and their cosine is low (0.1-0.46 on the standing-facts dev half, EmbeddingGemma) though it ranks first
