@@ -308,6 +308,7 @@ class StitchEngine(BaseEngine):
         hits = ctx.hits_from_items(ranked[:k], self.name)
         for hit in hits:
             hit.detail = {**hit.detail, **hit_detail(detail, hit), "filter": {"events": events, "entity_types": types}}
+            hit.text = spoken_text(hit.text, hit.detail.get("resolved") or [])
         return hits
 
     def _rank_by_density(
@@ -353,6 +354,13 @@ def canonical_summary(doc: str, antecedents: Sequence[str]) -> str:
     """The step as stored for retrieval: its text with what its references point to (the raw turn stays in the
     log untouched)."""
     return f"{doc} (re: {'; '.join(antecedents)})" if antecedents else doc
+
+
+def spoken_text(summary: str, antecedents: Sequence[str]) -> str:
+    """A hit's text as the turn said it: its canonical summary without the "(re: ...)" it was indexed with (what
+    the step continues stays in the hit's detail, `resolved`)."""
+    suffix = canonical_summary("", antecedents)
+    return summary.replace(suffix, "", 1) if antecedents else summary
 
 
 def analyze_query(query: str) -> StepAnalysis:
