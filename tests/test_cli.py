@@ -122,7 +122,7 @@ def test_demo_runs_on_the_embedded_default(tmp_path, monkeypatch):
     turns, dates, sessions, and answers."""
     r = runner.invoke(app, ["demo", "--db", str(tmp_path / "demo.db")])
     assert r.exit_code == 0, r.output
-    assert "engine hybrid" in r.output and "session_3" in r.output and "18 March 2024" in r.output  # date column
+    assert "engine stitch" in r.output and "session_3" in r.output and "18 March 2024" in r.output  # date column
     found, total = (int(x) for x in r.output.split("Evidence recall@5: ")[1].split(" ")[0].split("/"))
     assert total == 10 and found >= 9  # measured 10/10 with EmbeddingGemma (BM25 weight 0.2), 9/10 with MiniLM
     # ... and it ends with answers from the default local model, each citing turns.

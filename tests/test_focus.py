@@ -118,3 +118,27 @@ def test_deleting_the_goals_turns_leaves_no_trace_in_what_later_turns_inherited(
     steps = memory.store.get_items(ns, [i for i, _, _ in memory.store.labels_in_space(ns, "stitch:step")])
     assert all("Birchwood" not in " ".join(s.meta["resolved"]) for s in steps.values())
     assert all("Birchwood" not in s.text for s in steps.values())
+
+
+def test_what_a_turn_inherited_from_a_deleted_turn_leaves_no_embedding_behind(make_memory):
+    """A step embedded with what it continues depends on the turns that came from: deleting them drops the step's
+    item and vector, and its embedding leaves the cache (only survivors' own texts may stay)."""
+    from cuemem.engines.baselines import turn_document
+    from cuemem.engines.stitch import canonical_summary
+    from cuemem.store.sqlite import text_hash
+
+    memory = make_memory("stitch")
+    memory.add(_turns(HOUSE), user_id="u")
+    ns = memory.store.namespace_id(memory.namespace("u"))
+    model = memory.embedder.name
+    steps = memory.store.get_items(ns, [i for i, _, _ in memory.store.labels_in_space(ns, "stitch:step")])
+    inheriting = {s.key: s.meta["resolved"] for s in steps.values() if "Birchwood" in " ".join(s.meta["resolved"])}
+    assert inheriting
+    hashes = [
+        text_hash(canonical_summary(turn_document(memory.get(k, user_id="u"), memory.settings.turn_template), r))
+        for k, r in inheriting.items()
+    ]
+    assert memory.store.cached_embeddings(ns, model, hashes)  # embedded with the cabin's anchors
+    for gone in ("t0", "t1", "t2"):
+        memory.delete(gone, user_id="u")
+    assert not memory.store.cached_embeddings(ns, model, hashes)

@@ -623,7 +623,7 @@ def test_a_search_in_another_thread_does_not_wait_for_an_open_write_transaction(
         inside.wait(5)
         try:
             start = time.perf_counter()
-            assert memory.search("hotel Rossio", user_id="alice").turn_ids[0] == "d1"
+            assert "d1" in memory.search("hotel Rossio", user_id="alice").turn_ids[:2]
             assert time.perf_counter() - start < 2
         finally:
             leave.set()
@@ -663,6 +663,12 @@ def test_an_empty_file_of_another_application_is_refused(tmp_path: Path):
     assert snapshot(path) == before
 
 
+def step_of(memory, ns: int, turn_id: str):
+    """A turn's stitch step item."""
+    (item,) = memory.store.get_items(ns, list(memory.store.item_ids(ns, "stitch:step", [turn_id]).values())).values()
+    return item
+
+
 def test_remembered_embeddings_of_deleted_turns_are_purged(tmp_path: Path):
     """Vocabulary labels and texts embedded ahead of ingest are remembered without an item: a delete purges what no
     surviving item's vector uses."""
@@ -673,10 +679,13 @@ def test_remembered_embeddings_of_deleted_turns_are_purged(tmp_path: Path):
         store.cache_embeddings(ns, "hashing-512", [("label-hash", __import__("numpy").ones(512, dtype="float32"))])
         docs = {t["id"]: text_hash(memory.store.get_turn(ns, t["id"]).speaker + ": " + t["text"]) for t in TRIP}
         assert store.cached_embeddings(ns, "hashing-512", list(docs.values()))  # the steps' documents are cached
+        plain = [t for t in ("d1", "d2", "d4") if not step_of(memory, ns, t).meta["resolved"]]
         memory.delete("d3", user_id="alice")
         kept = store.cached_embeddings(ns, "hashing-512", [*docs.values(), "label-hash"])
         assert "label-hash" not in kept and docs["d3"] not in kept  # remembered label and the deleted turn: gone
-        assert {docs[t] for t in ("d1", "d2", "d4")} <= set(kept)  # survivors' documents stay for the rebuild
+        # survivors' documents stay for the rebuild, where their vector is their own document (a step that
+        # continues the goal in focus is embedded with it instead: tests/test_focus.py)
+        assert plain and {docs[t] for t in plain} <= set(kept)
 
 
 @pytest.mark.sqlite_only("a SQLite reader holding the WAL; PostgreSQL: the test below")

@@ -47,6 +47,11 @@ class Focus:
     seen: dict[str, int] = field(default_factory=dict)
     said: dict[str, str] = field(default_factory=dict)
     last: str = ""  # the previous turn of the session, when it named or stated something (a reply continues it)
+    # Where each piece came from (turn ids), so that what a turn inherits is forgotten with the turns it came from:
+    focus_turns: list[str] = field(default_factory=list)  # the turns whose anchors the focus holds
+    said_by: dict[str, list[str]] = field(default_factory=dict)  # per value: the turns its remembered context holds
+    last_by: list[str] = field(default_factory=list)
+    depends: list[str] = field(default_factory=list)  # after a step: the earlier turns what it continues came from
 
     def is_goal(self, anchor: str, recur: int, whole: bool = True) -> bool:
         """An anchor names a goal when every word of it (numbers aside; any word unless `whole`) already named
@@ -67,39 +72,55 @@ class Focus:
         quotes: bool = True,
         gather: bool = True,
         replies: bool = False,
+        turn: str = "",
     ) -> list[str]:
         """Advance over one turn; returns what it continues: the anchors of the goal in focus it does not name, and
         the earlier turn that said a value it quotes ("scrap Casa Azul; we go with Villa Mar"); with `replies`, a
         turn that names and states nothing ("Go for the cheaper one.") also continues the turn before it."""
         if session != self.session:
-            self.session, self.anchors, self.last = session, [], ""
+            self.session, self.anchors, self.last, self.focus_turns, self.last_by = session, [], "", [], []
         goals = [a for a in anchors if self.is_goal(a, recur, whole)]
         inherited: list[str] = []
+        depends: list[str] = []
         if goals:
             self.anchors = list(dict.fromkeys(goals))[:MAX_FOCUS]
+            self.focus_turns = [turn]
             if gather:
                 self.anchors = list(dict.fromkeys([*self.anchors, *anchors]))[:MAX_FOCUS]
         else:
             words = anchor_words(text)
             inherited = [a for a in self.anchors if not anchor_words(a) <= words]
+            if inherited:
+                depends += self.focus_turns
             if gather or not self.anchors:
                 kept = [*self.anchors, *anchors]
                 self.anchors = list(dict.fromkeys(kept[:1] + kept[1:][-(MAX_FOCUS - 1) :]))
+                self.focus_turns = list(dict.fromkeys([*self.focus_turns, turn]))[-MAX_FOCUS:]
         keys = [v.lower().strip() for v in [*values, *(a for a in anchors if a not in goals)]]
-        quoted = [self.said[k] for k in dict.fromkeys(keys) if k in self.said] if quotes else []
+        found = [k for k in dict.fromkeys(keys) if k in self.said] if quotes else []
+        quoted = [self.said[k] for k in found]
+        depends += [t for k in found for t in self.said_by.get(k, [])]
         context = " ".join([text, *inherited])[:QUOTE_CHARS]
+        context_by = list(dict.fromkeys([turn, *depends]))
         for key in keys:
             self.said.pop(key, None)
+            self.said_by.pop(key, None)
             self.said[key] = context
+            self.said_by[key] = context_by
         while len(self.said) > MAX_SAID:
-            self.said.pop(next(iter(self.said)))
+            oldest = next(iter(self.said))
+            self.said.pop(oldest)
+            self.said_by.pop(oldest, None)
         for word in {w for a in anchors for w in anchor_words(a)}:
             self.seen[word] = self.seen.get(word, 0) + 1
         if len(self.seen) > MAX_SEEN:
             self.seen = dict(sorted(self.seen.items(), key=lambda kv: -kv[1])[: MAX_SEEN // 2])
         if replies and not anchors and not values and self.last:
             quoted.append(self.last)
+            depends += self.last_by
         self.last = text[:QUOTE_CHARS] if anchors or values else ""
+        self.last_by = [turn] if anchors or values else []
+        self.depends = [t for t in dict.fromkeys(depends) if t != turn]
         return inherited + [q for q in dict.fromkeys(quoted) if q != context]
 
     def to_json(self) -> dict[str, Any]:
@@ -109,6 +130,9 @@ class Focus:
             "seen": self.seen,
             "said": self.said,
             "last": self.last,
+            "focus_turns": self.focus_turns,
+            "said_by": self.said_by,
+            "last_by": self.last_by,
         }
 
     @classmethod

@@ -104,9 +104,9 @@ class StitchEngine(BaseEngine):
         labeller = self.labeller(ctx)
         with ctx.store.transaction():
             state = self.state(ctx)
-            inherited = self._carry_focus(ctx, state, turns, docs, analyses, hashes, vectors)
+            inherited, sources = self._carry_focus(ctx, state, turns, docs, analyses, hashes, vectors)
             for i, turn in enumerate(turns):
-                step = Step(turn, docs[i], analyses[i], vectors[i], hashes[i], inherited[i])
+                step = Step(turn, docs[i], analyses[i], vectors[i], hashes[i], inherited[i], sources[i])
                 self._ingest_step(ctx, labeller, state, step)
                 if state.since_merge >= self.config.k_update:
                     self._merge_synonyms(ctx, state)
@@ -131,33 +131,38 @@ class StitchEngine(BaseEngine):
         analyses: list[StepAnalysis],
         hashes: list[str],
         vectors: np.ndarray,
-    ) -> list[list[str]]:
-        """The goal in focus carried over the batch (index/focus.py): each step's inherited anchors. A step that
-        inherits is embedded with them (its document and "(re: anchors)"), so dense search finds it under its goal
-        as BM25 does through its canonical summary."""
+    ) -> tuple[list[list[str]], list[list[str]]]:
+        """The goal in focus carried over the batch (index/focus.py): each step's inherited anchors, and the earlier
+        turns they came from (the step depends on them: it is forgotten with them). A step that inherits is
+        embedded with them (its document and "(re: anchors)"), so dense search finds it under its goal as BM25 does
+        through its canonical summary."""
         if not (self.config.use_focus and self.config.use_coref):
-            return [[] for _ in turns]
+            return [[] for _ in turns], [[] for _ in turns]
         recur = self.config.focus_recur
-        inherited = [
-            state.focus.step(
-                t.session_id,
-                a.anchors,
-                turn_words(t),
-                a.values,
-                recur=recur,
-                whole=self.config.focus_whole,
-                quotes=self.config.focus_quotes,
-                gather=self.config.focus_gather,
-                replies=self.config.focus_replies,
+        inherited: list[list[str]] = []
+        sources: list[list[str]] = []
+        for t, a in zip(turns, analyses, strict=True):
+            inherited.append(
+                state.focus.step(
+                    t.session_id,
+                    a.anchors,
+                    turn_words(t),
+                    a.values,
+                    recur=recur,
+                    whole=self.config.focus_whole,
+                    quotes=self.config.focus_quotes,
+                    gather=self.config.focus_gather,
+                    replies=self.config.focus_replies,
+                    turn=t.id,
+                )
             )
-            for t, a in zip(turns, analyses, strict=True)
-        ]
+            sources.append(list(state.focus.depends))
         todo = [i for i, anchors in enumerate(inherited) if anchors]
         if todo:
             new_hashes, new_vectors = ctx.embed([canonical_summary(docs[i], inherited[i]) for i in todo])
             for j, i in enumerate(todo):
                 hashes[i], vectors[i] = new_hashes[j], new_vectors[j]
-        return inherited
+        return inherited, sources
 
     def _ingest_step(self, ctx: EngineContext, labeller: Labeller, state: IngestState, step: Step) -> None:
         store, ns, cfg = ctx.store, ctx.ns, self.config
@@ -172,7 +177,7 @@ class StitchEngine(BaseEngine):
         antecedents = labeller.antecedents(state, step, events) if cfg.use_coref else []
         summary = canonical_summary(turn_words(step.turn), antecedents)
         # The turns a resolved reference quotes: the summary depends on them too (forgotten with them).
-        quoted = [r["turn"] for r in state.recent if set(r["mentions"]) & set(antecedents)]
+        quoted = [r["turn"] for r in state.recent if set(r["mentions"]) & set(antecedents)] + step.sources
         depends = list(store.seqs_of(ns, quoted).values()) if quoted else []
         meta = {
             **turn_fields(step.turn),

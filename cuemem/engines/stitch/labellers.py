@@ -34,6 +34,7 @@ class Step:
     vector: np.ndarray  # the doc's embedding (with its inherited anchors, where it has some)
     text_hash: str
     inherited: list[str] = field(default_factory=list)  # anchors of the goal in focus it continues (focus.py)
+    sources: list[str] = field(default_factory=list)  # the earlier turns those came from (it depends on them)
 
 
 class Labeller(Protocol):
