@@ -142,3 +142,26 @@ def test_what_a_turn_inherited_from_a_deleted_turn_leaves_no_embedding_behind(ma
     for gone in ("t0", "t1", "t2"):
         memory.delete(gone, user_id="u")
     assert not memory.store.cached_embeddings(ns, model, hashes)
+
+
+def test_a_quoted_turn_deleted_takes_the_quote_out_of_the_cache(make_memory):
+    """A turn that quotes an earlier value is embedded with the turn that said it; deleting that turn must take
+    the embedding of the quote out of the cache at once (it holds the deleted words)."""
+    from cuemem.engines.baselines import turn_document
+    from cuemem.engines.stitch import canonical_summary
+    from cuemem.store.sqlite import text_hash
+
+    lines = [
+        ("Ana", "The caterer Brightside quoted 900 dollars for the buffet, secret code 4471."),
+        ("Ben", "Hm."),
+        ("Ana", "Forget 900 dollars, they now ask 1200 dollars."),
+    ]
+    memory = make_memory("stitch")
+    memory.add(_turns(lines), user_id="u")
+    ns = memory.store.namespace_id(memory.namespace("u"))
+    (step,) = memory.store.get_items(ns, list(memory.store.item_ids(ns, "stitch:step", ["t2"]).values())).values()
+    assert any("4471" in r for r in step.meta["resolved"])  # it continues the turn it quotes
+    quote = text_hash(canonical_summary(turn_document(memory.get("t2", user_id="u")), step.meta["resolved"]))
+    assert memory.store.cached_embeddings(ns, memory.embedder.name, [quote])
+    memory.delete("t0", user_id="u")
+    assert not memory.store.cached_embeddings(ns, memory.embedder.name, [quote])
