@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .dates import MONTHS, WEEKDAYS
+from .focus import ORDINALS
 from .names import candidate_names, normalise_name
 from .text import STOPWORDS
 
@@ -41,12 +42,7 @@ _DATE = re.compile(
     re.I,
 )
 _PERCENT = re.compile(rf"\b({_NUMBER})\s?(?:%|percent\b|per\s+cent\b)", re.I)
-_ORDINALS = {
-    w: n
-    for n, w in enumerate(
-        ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"), 1
-    )
-}
+_ORDINALS = {w: int(n) for w, n in ORDINALS.items() if int(n) > 0}  # the ordinals focus.py reads, as numbers
 _ORDINAL = re.compile(r"\b(?:(" + "|".join(_ORDINALS) + r")|(\d{1,3})(?:st|nd|rd|th))\s+([a-z]+)\b", re.I)
 _NUMBERED = re.compile(r"\b([A-Za-z]+)\s+#?(\d{1,4})\b(?!\s*[:.,]\d)")
 _BARE = re.compile(rf"(?<![\w:.,$€£¥]){_NUMBER}(?![\w:%])")
