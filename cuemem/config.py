@@ -118,7 +118,7 @@ class Settings:
     rrf_dense_weight: float = 1.0
     bm25_stopwords: str = "extended"  # "extended" (129 English stop words) or "lucene" (bm25s/Lucene's 33)
     k: int = 10
-    llm: str = "local"  # "local" (transformers), "llamacpp" (GGUF, optional extra) or "openai"
+    llm: str = "llamacpp"  # "llamacpp" (GGUF on llama.cpp's CPU library), "local" (transformers) or "openai"
     # The model: for local/llamacpp a registry name ("qwen2.5-coder-0.5b" when empty, fetched by `make setup`;
     # "smollm2-135m", shipped; "qwen2.5-coder-1.5b") or a GGUF path; for openai the endpoint's model
     # ("gpt-4o-mini" when empty).
@@ -130,7 +130,7 @@ class Settings:
     llm_concurrency: int = 4
     llm_choice_mode: str = "enum"  # "enum" (JSON-schema enum) or "guided" (vLLM guided_choice)
     llm_cache: str = ""  # the call cache's SQLite file; "" = user cache dir, "off" = no cache
-    answer_budget: int = 1024  # tokens of retrieved context the reader sees
+    answer_budget: int = 320  # tokens of excerpts the reader sees: the smallest evidence (cuemem/answer.py)
     datasets: Path = Path("datasets")  # benchmark data (`cuemem bench`); relative to the working directory
     # The engines a `cuemem serve` request may name besides `engine`, comma-separated: "" = every registered engine
     # by its name (no "name[field=value]" variants), "*" = any engine or variant (`cuemem serve --allow-engine`).

@@ -8,13 +8,13 @@ then the engine), transfer (export, import, files) and forgetting (deletes, rein
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from .answer import ABSTAIN, read
+from .answer import ABSTAIN, read, read_stream
 from .config import Settings
 from .embed import make_embedder
 from .embed.base import Embedder
@@ -180,8 +180,42 @@ class Memory:
         `now`, the date the question is asked, is given to the model for questions relative to it; `abstain` is
         the reply the model is told to give when its excerpts do not say (the reader's default otherwise)."""
         budget = self.settings.answer_budget if budget_tokens is None else budget_tokens
-        retrieval = self._search(question, (user_id, agent_id, run_id), k, budget, engine, now)
+        retrieval = self._search(question, (user_id, agent_id, run_id), k, None, engine, now)
         return self.read(question, retrieval, budget_tokens=budget, now=now, abstain=abstain)
+
+    def answer_stream(
+        self,
+        question: str,
+        *,
+        user_id: str,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        k: int | None = None,
+        budget_tokens: int | None = None,
+        engine: str | None = None,
+        now: str | None = None,
+        abstain: str | None = None,
+    ) -> Iterator[str | Answer]:
+        """`answer`, streamed: pieces of the answer's text as the model decodes them, then the `Answer` (the last
+        item). An engine with its own answering step (`episodic`'s master) gives its text as one piece."""
+        budget = self.settings.answer_budget if budget_tokens is None else budget_tokens
+        retrieval = self._search(question, (user_id, agent_id, run_id), k, None, engine, now)
+        chosen = self.engine if retrieval.engine in ("", self.engine.name) else self._engine(retrieval.engine)
+        if type(chosen).answer is not BaseEngine.answer:  # its own step: answered whole
+            answer = self.read(question, retrieval, budget_tokens=budget, now=now, abstain=abstain)
+            yield answer.text
+            yield answer
+            return
+        client = self.llm_for(self.store.namespace_id(retrieval.namespace))
+        with client.stage("query"):
+            yield from read_stream(
+                client,
+                question,
+                retrieval,
+                now=now,
+                abstain=ABSTAIN if abstain is None else abstain,
+                evidence_tokens=budget,
+            )
 
     def _search(
         self, query: str, ids: Ids, k: int | None, budget_tokens: int | None, engine: str | None, now: str | None

@@ -158,3 +158,6 @@ class Answer:
     cited_turn_ids: list[str]
     retrieval: Retrieval | None = None
     notes: list[str] = field(default_factory=list)  # what the answering step says about its evidence (E-mem's master)
+    dates: list[str] = field(default_factory=list)  # the absolute dates the cited excerpts show ("7 May 2023")
+    evidence_tokens: int | None = None  # tokens of excerpts the reader was shown (None: not the reader's path)
+    evidence_turn_ids: list[str] = field(default_factory=list)  # the turns shown to the reader, the only citable

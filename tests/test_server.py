@@ -181,6 +181,34 @@ def test_answer_cites_turns(server: Server) -> None:
         assert set(data["cited_turn_ids"]) <= shown
 
 
+def sse(text: str) -> list[tuple[str, Any]]:
+    """The (event, data) pairs of a server-sent event stream."""
+    events = []
+    for block in text.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((fields["event"], json.loads(fields["data"])))
+    return events
+
+
+def test_answer_streams_as_server_sent_events(server: Server) -> None:
+    key = server.key("streamer")
+    with server.client(key) as c:
+        add(c, TRIP)
+        whole = c.post("/v1/answer", json={"question": "Where is Day 2?", "k": 3}).json()
+        with c.stream("POST", "/v1/answer/stream", json={"question": "Where is Day 2?", "k": 3}) as reply:
+            assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")
+            events = sse(reply.read().decode())
+        missing = c.post("/v1/answer/stream", json={"question": "x?", "user_id": "streamer", "k": 0})
+        assert missing.status_code == 422  # a bad request is refused before any event
+    kinds = [kind for kind, _ in events]
+    assert kinds[-1] == "answer" and set(kinds[:-1]) == {"token"}
+    assert "".join(data["text"] for kind, data in events if kind == "token") == events[-1][1]["text"]
+    final = events[-1][1]
+    assert final["text"] == whole["text"] and final["cited_turn_ids"] == whole["cited_turn_ids"]
+    assert final["model"] == whole["model"] == "fake:deterministic"  # the reply says which model answered
+    assert set(final["cited_turn_ids"]) <= set(final["evidence_turn_ids"])
+
+
 def test_sessions_users_export_import(server: Server) -> None:
     key = server.key("carol")
     with server.client(key) as c:
@@ -536,7 +564,7 @@ def chromium() -> str | None:
     return found
 
 
-def run_chromium(binary: str, tmp_path: Path, *args: str) -> Any:
+def run_chromium(binary: str, tmp_path: Path, *args: str, budget_ms: int = 8000) -> Any:
     import subprocess
 
     flags = [
@@ -550,7 +578,7 @@ def run_chromium(binary: str, tmp_path: Path, *args: str) -> Any:
         "--disable-sync",
         "--disable-dev-shm-usage",
         f"--user-data-dir={tmp_path / 'chromium-profile'}",
-        "--virtual-time-budget=8000",
+        f"--virtual-time-budget={budget_ms}",
     ]
     return subprocess.run([binary, *flags, *args], capture_output=True, text=True, timeout=120, check=False)
 
@@ -571,6 +599,12 @@ def test_page_shows_a_search_hits_in_headless_chromium(server: Server, tmp_path:
     assert 'class="score"' in dom and "hybrid" in dom and ">d4<" in dom  # score, engine, an evidence link
     assert "2 sessions · 5 turns" in dom and "lisbon" in dom  # the timeline
     assert "&lt;img src=x onerror=alert(1)&gt;" in dom and "<img src=x" not in dom  # text, never markup
+
+    ask = f"{server.url}/#key={token}&ask=Who%20feeds%20Miso%3F"
+    asked = run_chromium(binary, tmp_path, "--dump-dom", ask, budget_ms=30000)
+    shown = asked.stdout[asked.stdout.find('id="status"') :][:600]
+    assert 'class="answer-text"' in asked.stdout and "answered by fake:deterministic" in asked.stdout, shown
+    assert "cites: " in asked.stdout  # the streamed answer, then the turns it cites
 
     shot = tmp_path / "page.png"
     result = run_chromium(binary, tmp_path, f"--screenshot={shot}", "--window-size=1280,800", url)

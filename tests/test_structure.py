@@ -7,8 +7,7 @@ import re
 
 import pytest
 
-from cuemem.answer import context_block
-from cuemem.engines.structure import hit_text, turn_fields
+from cuemem.engines.structure import context_block, hit_text, turn_fields
 from cuemem.index.bm25 import BM25Index
 from cuemem.index.budget import SESSION_HEADER_TOKENS, pack, packed_tokens
 from cuemem.llm import LLMClient, LLMUnavailableError

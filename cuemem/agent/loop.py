@@ -133,11 +133,12 @@ class Agent:
         self._last_error = ""  # why the model's choice failed this turn
 
     # ------------------------------------------------------------------ the turn
-    def turn(self, message: str, *, now: str | None = None) -> AgentTurn:
+    def turn(self, message: str, *, now: str | None = None, on_token: Callable[[str], None] | None = None) -> AgentTurn:
         """Answer one message (design 3's ReAct turn): choose and run tools within the budget, reply from their
         observations, store the exchange in memory (when enabled), record and log the metrics. Tool, memory and
         model failures degrade the turn and are said in the reply; only bad input (an empty message, an
-        unreadable `now`) raises ValueError."""
+        unreadable `now`) raises ValueError. `on_token` receives the model's reply piece by piece as it is
+        decoded (the turn's `reply` is that text, cleaned, with any notes after it)."""
         if not isinstance(message, str) or not message.strip():
             raise ValueError("message must be a non-empty string")
         if len(message) > MAX_MESSAGE_CHARS:
@@ -157,7 +158,7 @@ class Agent:
         stored_message = False
         with client.tally(tally) if client is not None else nullcontext():
             stored_message = self._act(client, message, moment, stamp, result, observations)
-            reply = self._reply(client, message, moment, result, observations)
+            reply = self._reply(client, message, moment, result, observations, on_token)
         result.cited_turn_ids = _cited(reply, message, observations)
         if self.memory_enabled:
             reply = self._remember(message, reply, stamp, stored_message, result)
@@ -453,14 +454,22 @@ class Agent:
         moment: datetime,
         result: AgentTurn,
         observations: list[_Observation],
+        on_token: Callable[[str], None] | None = None,
     ) -> str:
-        """The reply (design 3): the model writes it from the observations; exact tool results it leaves out are
-        quoted after it; with no model, a plain summary of the observations."""
+        """The reply (design 3): the model writes it from the observations (streamed to `on_token` where given);
+        exact tool results it leaves out are quoted after it; with no model, a plain summary of the observations."""
         if client is not None:
             try:
                 prompt = _reply_prompt(message, moment, observations, list(self.history), result.degraded)
                 limit = self.reply_tokens if prompt[0]["content"] != STATEMENT_SYSTEM else min(24, self.reply_tokens)
-                text = client.chat(prompt, max_tokens=limit).text
+                if on_token is None:
+                    text = client.chat(prompt, max_tokens=limit).text
+                else:
+                    pieces = []
+                    for piece in client.stream(prompt, max_tokens=limit):
+                        pieces.append(piece)
+                        on_token(piece)
+                    text = "".join(pieces)
                 text = _clean_reply(text)
                 if text:
                     return _with_values(text, observations)

@@ -53,11 +53,26 @@ def chat(
                 break
             if not line.strip():
                 continue
-            turn = agent.turn(line.strip(), now=now)
             if as_json:
-                print_json(turn.as_dict())
+                print_json(agent.turn(line.strip(), now=now).as_dict())
                 continue
-            console.print(Text("agent> ", style="bold") + Text(visible(turn.reply)), highlight=False)
+            streamed: list[str] = []
+
+            def show(piece: str, streamed: list[str] = streamed) -> None:
+                if not streamed:
+                    console.print(Text("agent> ", style="bold"), end="")
+                streamed.append(piece)
+                console.print(Text(visible(piece)), end="", highlight=False)
+                console.file.flush()
+
+            turn = agent.turn(line.strip(), now=now, on_token=show)
+            said = "".join(streamed).strip()
+            if said and turn.reply.startswith(said):  # the reply as streamed, with any quoted values after it
+                console.print(Text(visible(turn.reply[len(said) :])), highlight=False)
+            else:  # no model reply streamed (the model was down), or it was cleaned: the reply as it stands
+                if streamed:
+                    console.print()
+                console.print(Text("agent> ", style="bold") + Text(visible(turn.reply)), highlight=False)
             for note in turn.degraded:
                 say(f"  ! {note}", to=err, style="yellow")
             tools = ", ".join(f"{s.tool}{'' if s.ok else ' (failed)'}" for s in turn.steps) or "none"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 from ..engines import available_engines, describe
 from ..errors import CuememError
@@ -27,7 +28,7 @@ from ._common import (
     settings,
     state,
 )
-from .output import err, plural, print_json, print_json_line, print_retrieval, progress_bar, say
+from .output import console, err, plural, print_json, print_json_line, print_retrieval, progress_bar, say, visible
 from .transfer import report
 
 KOpt = Annotated[int | None, typer.Option("-k", help="How many hits (default: setting k).")]
@@ -160,24 +161,40 @@ def ask(
     now: Annotated[str | None, typer.Option(help="Today's date, for 'how long ago' questions.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Answer a question from memory with the model, citing the turns it used."""
+    """Answer a question from memory with the model, citing the turns it used; the answer is printed as the
+    model decodes it (the JSON reply comes whole)."""
     ns = namespace(user_id, agent_id, run_id)
     with caught_up(ns) as memory:
-        result = memory.answer(question, k=k, budget_tokens=budget, now=now, **ns)
+        if as_json:
+            result = memory.answer(question, k=k, budget_tokens=budget, now=now, **ns)
+        else:
+            result = None
+            for piece in memory.answer_stream(question, k=k, budget_tokens=budget, now=now, **ns):
+                if isinstance(piece, str):
+                    console.print(Text(visible(piece), style="bold"), end="", markup=False, highlight=False)
+                    console.file.flush()
+                else:
+                    result = piece
+            console.print()
         stats = memory.llm.stats()
+    assert result is not None
     if as_json:
         print_json(
             {
                 "answer": result.text,
                 "cited_turn_ids": result.cited_turn_ids,
+                "dates": result.dates,
+                "evidence_turn_ids": result.evidence_turn_ids,
+                "evidence_tokens": result.evidence_tokens,
                 "notes": result.notes,
                 "llm": stats,
                 "retrieval": result.retrieval.as_dict() if result.retrieval else None,
             }
         )
         return
-    say(result.text, style="bold")
     say(f"cites: {', '.join(result.cited_turn_ids) or '(nothing)'}")
+    if result.dates:
+        say(f"dates: {'; '.join(result.dates)}")
     for note in result.notes:  # e.g. episodic's master: which statement revises which
         say(f"note: {note}")
     cited = set(result.cited_turn_ids)

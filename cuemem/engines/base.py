@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -13,7 +13,6 @@ from ..config import Settings
 from ..embed.base import Embedder, embed_query
 from ..embed.cached import embed_texts_cached
 from ..errors import CuememError
-from ..index.budget import pack
 from ..index.live import IndexCache
 from ..index.tokens import TokenCounter
 from ..llm.client import LLMClient
@@ -180,9 +179,9 @@ class BaseEngine(ABC):
         now: str | None,
         abstain: str,
     ) -> Answer:
-        """Answer from a retrieval: by default the hits packed into the budget and given to `reader`."""
-        packed = replace(retrieval, hits=pack(retrieval.hits, budget_tokens), budget_tokens=budget_tokens)
-        return reader(client, question, packed, now=now, abstain=abstain)
+        """Answer from a retrieval: by default `reader` picks the smallest evidence within `budget_tokens`."""
+        options = {} if budget_tokens is None else {"evidence_tokens": budget_tokens}
+        return reader(client, question, retrieval, now=now, abstain=abstain, **options)
 
     def forget(self, ctx: EngineContext) -> None:
         """After a delete: drop derived state kept outside the store (rebuilt from the log); by default none."""

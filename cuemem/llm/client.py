@@ -220,6 +220,38 @@ class LLMClient:
         out = self._call("chat", {"messages": messages, "max_tokens": max_tokens, "temperature": temperature}, run)
         return ChatResult(out["text"], Usage(**out["usage"]))
 
+    def stream(self, messages: Messages, *, max_tokens: int = 128) -> Iterator[str]:
+        """`chat`, greedy, as pieces of text while the backend decodes them (backends with a `stream` method;
+        the others give the whole reply as one piece). The same call as `chat` for the cache and the counters:
+        a streamed reply is remembered once it is complete, and a remembered one comes back as one piece."""
+        _check_messages(messages)
+        request = {"messages": messages, "max_tokens": max_tokens, "temperature": 0.0}
+        streaming = getattr(self.backend, "stream", None)
+        if (
+            self.cache is not None and self.cache.get(self.cache_key("chat", request)) is not None
+        ) or streaming is None:
+            yield self.chat(messages, max_tokens=max_tokens).text
+            return
+        pieces: list[str] = []
+        start = time.perf_counter()
+        try:
+            for piece in streaming(messages, max_tokens=max_tokens):
+                pieces.append(piece)
+                yield piece
+        except LLMError:
+            raise
+        except OSError as exc:
+            raise LLMUnavailableError(f"{self.backend.name} failed: {type(exc).__name__}: {exc}") from exc
+        text = "".join(pieces).strip()
+        response = {"text": text, "usage": {"prompt_tokens": 0, "completion_tokens": len(pieces)}}
+        self._call("chat", request, lambda: (response, Usage(0, len(pieces))))  # counted and remembered
+        self._stats_seconds(time.perf_counter() - start)
+
+    def _stats_seconds(self, seconds: float) -> None:
+        """A streamed call's time: the counters saw the call when it had finished, at no cost."""
+        with self._lock:
+            self._stats.setdefault(self.current_stage, StageStats()).seconds += seconds
+
     def choose(self, messages: Messages, options: list[str], *, k: int = 1, beam: int = 4) -> list[Choice]:
         """The k best options (each a member of `options`), best first, with log-probabilities."""
         _check_messages(messages)

@@ -1,24 +1,44 @@
-"""Optional backend: a GGUF run by llama.cpp (`pip install llama-cpp-python`, an extra): the shipped SmolLM2,
-a fetched Qwen2.5-Coder (by registry name) or any GGUF path. The chat template is the GGUF's own.
+"""The default local reader: a GGUF run by llama.cpp through a prebuilt CPU library (no compiler step).
 
-Constrained calls use llama.cpp grammars: `choose` compiles the options into a GBNF alternation (so the output is
-always one of them), `json` passes the JSON schema, which llama-cpp-python turns into a grammar. No log-
-probabilities are reported for choices (None), and `score` is not offered: use the transformers backend for it.
+The library is the CPU build inside the `llama-cpp-cffi` wheel (MIT), installed with `--no-deps` by `make setup`.
+Only its compiled CFFI module is loaded, straight from its file: the package's own Python layer imports
+transformers and the model hub, which this backend never needs. Measured against the transformers path and ONNX
+Runtime GenAI in BENCHMARKS.md ("Choosing the reader's runtime").
 
-Failures: LLMUnavailableError when llama-cpp-python or the GGUF file is missing, the model fails to load, or
-llama.cpp fails while generating (llama-cpp-python raises ValueError for a prompt longer than the context window
-and RuntimeError for a failed decode); LLMOutputError for a completion without the expected shape.
+What it adds over a plain generate loop:
+- **prefix reuse**: the tokens already in the KV cache are kept up to the first difference, so the fixed system
+  prompt, and the answer's messages when the citation is chosen next, are not evaluated twice;
+- **streaming**: `stream` yields text as it is decoded (whole UTF-8 characters only);
+- **constrained choice with log-probabilities**: a short option list is scored token by token (teacher forcing,
+  so each choice has its log-probability); a long one is chosen under a GBNF alternation;
+- **JSON**: the JSON schema becomes a GBNF grammar (`schema_grammar`).
+
+Failures: LLMUnavailableError when the library or the GGUF file is missing, the model fails to load, a prompt
+does not fit the context window or a decode fails; LLMOutputError for a completion without the expected shape.
 """
 
 from __future__ import annotations
 
+import codecs
+import glob
+import importlib.machinery
+import importlib.util
+import json
 import os
 import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from .base import ChatResult, Choice, LLMOutputError, LLMUnavailableError, Messages, Usage
-from .local import model_label, resolve_local_model
+import numpy as np
 
+from .base import ChatResult, Choice, LLMUnavailableError, Messages, Usage
+from .local import _defused, _resolve, model_label, resolve_local_model
+
+PACKAGE = "llama"  # the import name of the `llama-cpp-cffi` wheel
+INSTALL = "pip install --no-deps llama-cpp-cffi==0.4.20 (make setup does)"
+SCORED_OPTIONS = 48  # more options than this are chosen under a grammar (no log-probabilities)
 _NAMED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -37,81 +57,318 @@ def choice_grammar(options: list[str]) -> str:
     return "root ::= " + " | ".join(gbnf_literal(o) for o in options)
 
 
+_JSON_RULES = {
+    "ws": "[ ]?",
+    "string": '"\\"" ( [^"\\\\\\x00-\\x1F] | "\\\\" ["\\\\/bfnrt] ){0,200} "\\""',
+    "integer": '"-"? [0-9]{1,15}',
+    "number": '"-"? [0-9]{1,15} ( "." [0-9]{1,10} )?',
+    "boolean": '"true" | "false"',
+    "null": '"null"',
+}
+
+
+def schema_grammar(schema: dict[str, Any]) -> str:
+    """A GBNF grammar accepting the JSON documents of `schema` (objects with their properties in order, enums,
+    strings, numbers, integers, booleans, arrays of these; pydantic's `$ref`s followed); bounded lengths, so a
+    small model cannot run on forever inside a string."""
+    definitions = schema.get("$defs") or schema.get("definitions") or {}
+    rules: dict[str, str] = {}
+
+    def rule(spec: dict[str, Any], name: str) -> str:
+        spec = _resolve(spec, definitions)
+        if "enum" in spec or "const" in spec:
+            values = spec.get("enum", [spec.get("const")])
+            body = " | ".join(gbnf_literal(json.dumps(v, ensure_ascii=False)) for v in values)
+        elif spec.get("type") == "object" or "properties" in spec:
+            parts = []
+            for i, (key, sub) in enumerate((spec.get("properties") or {}).items()):
+                sep = '"," ws ' if i else ""
+                parts.append(f'{sep}{gbnf_literal(json.dumps(key))} ws ":" ws {rule(sub, f"{name}-{i}")}')
+            body = '"{" ws ' + " ".join(parts) + ' ws "}"' if parts else '"{" ws "}"'
+        elif spec.get("type") == "array":
+            item = rule(spec.get("items") or {"type": "string"}, f"{name}-item")
+            body = f'"[" ws ( {item} ( "," ws {item} ){{0,15}} )? ws "]"'
+        else:
+            kind = spec.get("type")
+            kind = kind if isinstance(kind, str) and kind in _JSON_RULES else "string"
+            return kind
+        rules[name] = body
+        return name
+
+    top = rule(schema, "root")
+    if top != "root":
+        rules["root"] = top
+    lines = [f"{name} ::= {body}" for name, body in rules.items()]
+    lines += [f"{name} ::= {body}" for name, body in _JSON_RULES.items()]
+    return "\n".join(lines)
+
+
+def library() -> tuple[Any, Any]:
+    """(lib, ffi) of the prebuilt llama.cpp CPU library, loaded from its file without running the package's
+    `__init__` (which would import transformers and probe for CUDA). LLMUnavailableError when not installed."""
+    spec = importlib.util.find_spec(PACKAGE)
+    found = (
+        glob.glob(str(Path(next(iter(spec.submodule_search_locations))) / "_llama_cpp_cpu*.so"))
+        if (spec is not None and spec.submodule_search_locations)
+        else []
+    )
+    if not found:
+        raise LLMUnavailableError(f"llama.cpp's prebuilt CPU library is not installed: {INSTALL}")
+    try:
+        loader = importlib.machinery.ExtensionFileLoader("_llama_cpp_cpu", found[0])
+        module_spec = importlib.util.spec_from_file_location("_llama_cpp_cpu", found[0], loader=loader)
+        assert module_spec is not None
+        module = importlib.util.module_from_spec(module_spec)
+        loader.exec_module(module)
+    except (ImportError, OSError, AssertionError) as exc:  # a wheel built for another platform or C library
+        raise LLMUnavailableError(f"llama.cpp's library cannot be loaded ({exc}): {INSTALL}") from exc
+    return module.lib, module.ffi
+
+
+_LIB: tuple[Any, Any] | None = None
+_LIB_LOCK = threading.Lock()
+
+
+def _native() -> tuple[Any, Any]:
+    """The library, loaded once per process, its log silenced and its backend initialised."""
+    global _LIB
+    with _LIB_LOCK:
+        if _LIB is None:
+            lib, ffi = library()
+
+            @ffi.callback("void(enum ggml_log_level, char *, void *)")
+            def quiet(level: Any, text: Any, data: Any) -> None:
+                return None
+
+            lib.llama_log_set(quiet, ffi.NULL)
+            lib.llama_backend_init()
+            _LIB = (lib, ffi)
+            _KEEP.append(quiet)
+    return _LIB
+
+
+_KEEP: list[Any] = []  # the log callback must outlive every call into the library
+
+
+@dataclass
+class _Loaded:
+    """One model in memory with its context: shared by every backend of this process that names the same file,
+    so the server and the benchmark load a model once."""
+
+    lib: Any
+    ffi: Any
+    model: Any
+    ctx: Any
+    vocab: Any
+    template: Any
+    n_ctx: int
+    n_batch: int
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    cached: list[int] = field(default_factory=list)  # the tokens whose keys and values are in the KV cache
+
+
+_MODELS: dict[tuple[str, int, int], _Loaded] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _load(path: Path, n_ctx: int, threads: int) -> _Loaded:
+    key = (str(path), n_ctx, threads)
+    with _MODELS_LOCK:
+        if key in _MODELS:
+            return _MODELS[key]
+        lib, ffi = _native()
+        params = lib.llama_model_default_params()
+        model = lib.llama_model_load_from_file(str(path).encode("utf-8"), params)
+        if model == ffi.NULL:
+            raise LLMUnavailableError(f"llama.cpp cannot load {path} (not a GGUF file it reads, or truncated)")
+        cparams = lib.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = 512
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        ctx = lib.llama_init_from_model(model, cparams)
+        if ctx == ffi.NULL:
+            lib.llama_model_free(model)
+            raise LLMUnavailableError(f"llama.cpp cannot make a context of {n_ctx} tokens for {path}")
+        loaded = _Loaded(
+            lib,
+            ffi,
+            model,
+            ctx,
+            lib.llama_model_get_vocab(model),
+            lib.llama_model_chat_template(model, ffi.NULL),
+            n_ctx,
+            512,
+        )
+        _MODELS[key] = loaded
+        return loaded
+
+
 class LlamaCppBackend:
+    """llama.cpp on the CPU, greedy; `stream` for token-by-token answers."""
+
     def __init__(
         self, model_path: str | None = None, *, model: str = "", n_ctx: int = 4096, threads: int | None = None
     ) -> None:
         """`model`: a registry name or GGUF path (default: the default local model); `model_path` is the older
-        spelling."""
+        spelling. `threads`: every core by default."""
         self._wanted = model_path or model
         self.name = f"llamacpp:{model_label(self._wanted)[0]}[greedy]"
         self._n_ctx = n_ctx
-        self._threads = threads
-        self._llm: Any = None
-        self._lock = threading.Lock()
+        self._threads = threads or os.cpu_count() or 1
+        self._loaded: _Loaded | None = None
 
-    def load(self) -> Any:
-        with self._lock:
-            if self._llm is None:
-                try:
-                    from llama_cpp import Llama  # type: ignore[import-not-found]  # an optional extra
-                except ImportError as exc:
-                    raise LLMUnavailableError(
-                        f"llama-cpp-python is not installed or cannot be imported ({exc}): it is an optional extra;"
-                        " see the README for the build flags"
-                    ) from exc
-                path = resolve_local_model(self._wanted).gguf  # LLMUnavailableError with the install/fetch command
-                try:
-                    # Every core: llama-cpp-python's own default is half of them (1 of 2 here, ~2x slower).
-                    threads = self._threads or os.cpu_count() or 1
-                    self._llm = Llama(model_path=str(path), n_ctx=self._n_ctx, n_threads=threads, verbose=False, seed=0)
-                except (OSError, ValueError, RuntimeError) as exc:  # a missing or corrupt file, a failed context
-                    raise LLMUnavailableError(f"llama.cpp cannot load {path}: {type(exc).__name__}: {exc}") from exc
-        return self._llm
+    def load(self) -> _Loaded:
+        if self._loaded is None:
+            path = resolve_local_model(self._wanted).gguf  # LLMUnavailableError with the install/fetch command
+            self._loaded = _load(path, self._n_ctx, self._threads)
+        return self._loaded
 
-    def _complete(self, messages: Messages, **kwargs: Any) -> tuple[str, Usage]:
-        llm = self.load()
-        with self._lock:
+    # -- tokens ------------------------------------------------------------------------------------------------
+    def _tokenize(self, m: _Loaded, text: str, *, special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        size = len(data) + 16
+        buf = m.ffi.new("llama_token[]", size)
+        n = m.lib.llama_tokenize(m.vocab, data, len(data), buf, size, special, special)
+        if n < 0:
+            raise LLMUnavailableError(f"llama.cpp could not tokenize a text of {len(data)} bytes")
+        return list(buf[0:n])
+
+    def prompt_tokens(self, messages: Messages, *, generation: bool = True) -> list[int]:
+        """The chat template (the GGUF's own) applied to `messages`, tokenized; stored text cannot open a role."""
+        m = self.load()
+        messages = _defused(messages)
+        keep = []
+        arr = m.ffi.new("struct llama_chat_message[]", len(messages))
+        for i, message in enumerate(messages):
+            role = m.ffi.new("char[]", message["role"].encode("utf-8"))
+            content = m.ffi.new("char[]", message["content"].encode("utf-8"))
+            keep += [role, content]
+            arr[i].role, arr[i].content = role, content
+        size = 4096 + sum(len(x["content"].encode("utf-8")) * 2 for x in messages)
+        buf = m.ffi.new("char[]", size)
+        n = m.lib.llama_chat_apply_template(m.template, arr, len(messages), generation, buf, size)
+        if n < 0 or n > size:
+            raise LLMUnavailableError("llama.cpp cannot apply this model's chat template")
+        return self._tokenize(m, m.ffi.buffer(buf, n)[:].decode("utf-8", "replace"), special=True)
+
+    def _prefill(self, m: _Loaded, tokens: list[int], extra: int) -> None:
+        """Bring the KV cache to `tokens`, evaluating only what differs from what it holds."""
+        if len(tokens) + extra >= m.n_ctx:
+            raise LLMUnavailableError(
+                f"llama.cpp failed: the prompt ({len(tokens)} tokens) and {extra} more exceed the context window"
+                f" of {m.n_ctx}"
+            )
+        same = 0
+        for a, b in zip(m.cached, tokens[:-1], strict=False):  # the last token is always evaluated (its logits)
+            if a != b:
+                break
+            same += 1
+        m.lib.llama_kv_cache_seq_rm(m.ctx, 0, same, -1)
+        m.cached = tokens[:same]
+        self._decode(m, tokens[same:])
+
+    def _decode(self, m: _Loaded, tokens: list[int]) -> None:
+        for start in range(0, len(tokens), m.n_batch):
+            part = tokens[start : start + m.n_batch]
+            arr = m.ffi.new("llama_token[]", part)
+            if m.lib.llama_decode(m.ctx, m.lib.llama_batch_get_one(arr, len(part))) != 0:
+                m.lib.llama_kv_cache_clear(m.ctx)
+                m.cached = []
+                raise LLMUnavailableError("llama.cpp failed: llama_decode returned an error")
+            m.cached.extend(part)
+
+    def _logprobs(self, m: _Loaded) -> np.ndarray:
+        """Log-softmax of the logits after the last evaluated token."""
+        n_vocab = m.lib.llama_vocab_n_tokens(m.vocab)
+        row = np.frombuffer(m.ffi.buffer(m.lib.llama_get_logits_ith(m.ctx, -1), 4 * n_vocab), dtype=np.float32)
+        row = row.astype(np.float64)
+        top = row.max()
+        return row - top - np.log(np.exp(row - top).sum())
+
+    # -- generation --------------------------------------------------------------------------------------------
+    def _generate(self, messages: Messages, max_tokens: int, grammar: str | None, usage: Usage) -> Iterator[str]:
+        m = self.load()
+        prompt = self.prompt_tokens(messages)
+        usage.prompt_tokens = len(prompt)
+        with m.lock:
+            self._prefill(m, prompt, max_tokens)
+            chain = m.lib.llama_sampler_chain_init(m.lib.llama_sampler_chain_default_params())
+            if grammar is not None:
+                sampler = m.lib.llama_sampler_init_grammar(m.vocab, grammar.encode("utf-8"), b"root")
+                if sampler == m.ffi.NULL:
+                    m.lib.llama_sampler_free(chain)
+                    raise LLMUnavailableError("llama.cpp rejected a grammar")
+                m.lib.llama_sampler_chain_add(chain, sampler)
+            m.lib.llama_sampler_chain_add(chain, m.lib.llama_sampler_init_greedy())
+            utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+            piece = m.ffi.new("char[]", 256)
             try:
-                # Greedy for real: llama-cpp-python otherwise applies top-k and a repeat penalty even at temperature 0.
-                out = llm.create_chat_completion(
-                    messages=messages, temperature=0.0, top_k=1, repeat_penalty=1.0, **kwargs
-                )
-            except (ValueError, RuntimeError) as exc:  # a prompt over the context window, a failed decode
-                raise LLMUnavailableError(f"llama.cpp failed: {type(exc).__name__}: {exc}") from exc
-        try:
-            usage = out.get("usage") or {}
-            text = out["choices"][0]["message"]["content"] or ""
-            if not isinstance(text, str):
-                raise TypeError(f"content is a {type(text).__name__}")
-            prompt, completion = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise LLMOutputError(f"llama.cpp returned no chat completion: {type(exc).__name__}: {exc}") from exc
-        return text, Usage(prompt, completion)
+                for _ in range(max_tokens):
+                    token = m.lib.llama_sampler_sample(chain, m.ctx, -1)
+                    if m.lib.llama_vocab_is_eog(m.vocab, token):
+                        break
+                    usage.completion_tokens += 1
+                    n = m.lib.llama_token_to_piece(m.vocab, token, piece, 256, 0, False)
+                    self._decode(m, [token])
+                    text = utf8.decode(m.ffi.buffer(piece, max(n, 0))[:])
+                    if text:
+                        yield text
+                tail = utf8.decode(b"", final=True)
+                if tail:
+                    yield tail
+            finally:
+                m.lib.llama_sampler_free(chain)
+
+    def stream(self, messages: Messages, *, max_tokens: int = 128) -> Iterator[str]:
+        """The greedy reply, piece by piece as it is decoded."""
+        yield from self._generate(messages, max_tokens, None, Usage())
 
     def chat(self, messages: Messages, *, max_tokens: int = 128, temperature: float = 0.0) -> ChatResult:
-        text, usage = self._complete(messages, max_tokens=max_tokens)
+        usage = Usage()
+        text = "".join(self._generate(messages, max_tokens, None, usage))
         return ChatResult(text.strip(), usage)
 
     def json(self, messages: Messages, schema: dict[str, Any], *, max_tokens: int = 256) -> tuple[str, Usage]:
-        return self._complete(
-            messages, max_tokens=max_tokens, response_format={"type": "json_object", "schema": schema}
-        )
+        usage = Usage()
+        text = "".join(self._generate(messages, max_tokens, schema_grammar(schema), usage))
+        return text, usage
 
     def choose(self, messages: Messages, options: list[str], k: int = 1, beam: int = 4) -> tuple[list[Choice], Usage]:
-        """k grammar-constrained generations, each excluding the options already chosen."""
-        self.load()  # LLMUnavailableError where llama-cpp-python is missing
-        from llama_cpp import LlamaGrammar  # type: ignore[import-not-found]
+        """The k most likely options: scored by their log-probability under the model (teacher forcing) when
+        there are at most SCORED_OPTIONS, else chosen one by one under a grammar (no log-probabilities)."""
+        if len(options) > SCORED_OPTIONS:
+            return self._choose_by_grammar(messages, options, k)
+        m = self.load()
+        prompt = self.prompt_tokens(messages)
+        usage = Usage(len(prompt), 0)
+        scores: list[float] = []
+        with m.lock:
+            longest = max(len(self._tokenize(m, o, special=False)) for o in options)
+            self._prefill(m, prompt, longest + 1)
+            first = self._logprobs(m)
+            for option in options:
+                ids = self._tokenize(m, option, special=False) or [0]
+                total = float(first[ids[0]])
+                for i in range(1, len(ids)):
+                    self._decode(m, [ids[i - 1]])
+                    total += float(self._logprobs(m)[ids[i]])
+                    usage.completion_tokens += 1
+                m.lib.llama_kv_cache_seq_rm(m.ctx, 0, len(prompt), -1)
+                m.cached = m.cached[: len(prompt)]
+                scores.append(total)
+        order = sorted(range(len(options)), key=lambda i: -scores[i])[:k]
+        return [Choice(options[i], scores[i]) for i in order], usage
 
+    def _choose_by_grammar(self, messages: Messages, options: list[str], k: int) -> tuple[list[Choice], Usage]:
         remaining = list(options)
         chosen: list[Choice] = []
         total = Usage()
-        # Under a grammar an option may be spelled in smaller tokens than its usual tokenization: budget one
-        # token per UTF-8 byte, the most it can take.
+        # Under a grammar an option may be spelled in smaller tokens than usual: budget one token per UTF-8 byte.
         longest = max(len(o.encode("utf-8")) for o in options) + 2
         while remaining and len(chosen) < k:
-            grammar = LlamaGrammar.from_string(choice_grammar(remaining), verbose=False)
-            text, usage = self._complete(messages, max_tokens=longest, grammar=grammar)
+            usage = Usage()
+            text = "".join(self._generate(messages, longest, choice_grammar(remaining), usage))
             total.prompt_tokens += usage.prompt_tokens
             total.completion_tokens += usage.completion_tokens
             chosen.append(Choice(text))

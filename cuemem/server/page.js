@@ -145,12 +145,73 @@ async function search(query) {
   }
 }
 
+// The answer, streamed (POST /v1/answer/stream, server-sent events): tokens appear as the model decodes them, then
+// the turns it cites (links into the timeline), the dates it used and the model that answered.
+function showAnswerEvent(block, text, box) {
+  let kind = "message", data = "";
+  for (const line of block.split("\n")) {
+    if (line.startsWith("event: ")) kind = line.slice(7);
+    else if (line.startsWith("data: ")) data += line.slice(6);
+  }
+  const body = JSON.parse(data || "{}");
+  if (kind === "token") text.textContent += body.text;
+  else if (kind === "error") say(`${body.error}: ${body.message}`);
+  else if (kind === "answer") {
+    text.textContent = body.text;
+    const cites = el("div", "evidence", "cites: ");
+    for (const id of body.cited_turn_ids) {
+      const link = el("button", "", id);
+      link.type = "button";
+      link.addEventListener("click", () => focusTurn(id));
+      cites.append(link);
+    }
+    const dates = body.dates && body.dates.length ? ` · dates: ${body.dates.join("; ")}` : "";
+    box.append(cites, el("div", "dim", `answered by ${body.model}${dates}`));
+    say("");
+  }
+}
+
+async function ask(question) {
+  const box = $("answer");
+  const text = el("p", "answer-text", "");
+  box.replaceChildren(text);
+  say("answering…");
+  const body = { question, k: Number($("k").value) || 8 };
+  if ($("engine").value.trim()) body.engine = $("engine").value.trim();
+  try {
+    const response = await fetch("/v1/answer/stream", {
+      method: "POST",
+      headers: { Authorization: "Bearer " + apiKey, "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    if (!response.ok) {
+      const error = await response.json().catch(() => ({ message: response.statusText }));
+      throw new Error(`${response.status}: ${error.message || error.error || "request failed"}`);
+    }
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      for (let cut = buffer.indexOf("\n\n"); cut >= 0; cut = buffer.indexOf("\n\n")) {
+        showAnswerEvent(buffer.slice(0, cut), text, box);
+        buffer = buffer.slice(cut + 2);
+      }
+    }
+  } catch (err) {
+    say(String(err.message || err));
+  }
+}
+
 document.addEventListener("DOMContentLoaded", async () => {
   $("connect").addEventListener("submit", (event) => { event.preventDefault(); open($("key").value.trim()); });
   $("search").addEventListener("submit", (event) => {
     event.preventDefault();
     if ($("q").value.trim()) search($("q").value.trim());
   });
+  $("ask").addEventListener("click", () => { if ($("q").value.trim()) ask($("q").value.trim()); });
   const fragment = new URLSearchParams(location.hash.slice(1));
   const key = fragment.get("key") || sessionStorage.getItem("cuemem-key");
   if (key) {
@@ -158,5 +219,7 @@ document.addEventListener("DOMContentLoaded", async () => {
     await open(key);
     const query = fragment.get("q");
     if (query) { $("q").value = query; await search(query); }
+    const question = fragment.get("ask");
+    if (question) { $("q").value = question; await ask(question); }
   }
 });

@@ -83,6 +83,10 @@ class AnswerResponse(BaseModel):
     cited_turn_ids: list[str]
     notes: list[str]
     hits: list[HitOut]
+    dates: list[str] = Field(default_factory=list, description="Absolute dates the cited excerpts show.")
+    evidence_turn_ids: list[str] = Field(default_factory=list, description="The turns shown to the reader.")
+    evidence_tokens: int | None = None
+    model: str = Field("", description="The model that answered.")
 
 
 class TurnOut(BaseModel):

@@ -89,7 +89,7 @@ class ServerState:
     def lane_for(self, method: str, path: str, engine: str | None) -> Lane | None:
         """The lane a request runs in: model for answers, chat and searches with a model-mode engine, memory for
         the rest of /v1 and /mcp, none for the server's own routes (health, metrics, the page)."""
-        if path in ("/v1/answer", "/v1/chat"):
+        if path in ("/v1/answer", "/v1/answer/stream", "/v1/chat"):
             return self.lanes["model"]
         if path == "/v1/memories/search" and method == "GET" and self._uses_model(engine):
             return self.lanes["model"]

@@ -487,8 +487,8 @@ class EpisodicEngine(BaseEngine):
         and retrievals without evidence go to the reader as they are."""
         evidence = [h for h in retrieval.hits if h.detail.get("episodic", {}).get("evidence")]
         if not evidence:
-            packed = replace(retrieval, hits=pack(retrieval.hits, budget_tokens))
-            return reader(client, question, packed, now=now, abstain=abstain)
+            options = {} if budget_tokens is None else {"evidence_tokens": budget_tokens}
+            return reader(client, question, retrieval, now=now, abstain=abstain, **options)
         superseded: dict[str, str] = {}
         if self.config.resolve:
             statements = [
@@ -511,7 +511,8 @@ class EpisodicEngine(BaseEngine):
         chosen = pack(kept, budget_tokens)  # the most relevant evidence fits first (rank order) ...
         chosen.sort(key=lambda h: int(h.detail["episodic"].get("seq", -1)))  # ... and is read in time order
         packed = replace(retrieval, hits=chosen, budget_tokens=budget_tokens)
-        return reader(client, question, packed, now=now, abstain=abstain, notes=notes)
+        options = {} if budget_tokens is None else {"evidence_tokens": budget_tokens}
+        return reader(client, question, packed, now=now, abstain=abstain, notes=notes, **options)
 
 
 VARIANTS: dict[str, EpisodicConfig] = {

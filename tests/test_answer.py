@@ -1,0 +1,140 @@
+"""The answer path (issue 35): the smallest evidence, absolute dates, abstention, citations and streaming."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import open_memory
+from fakes import FakeBackend
+
+from cuemem.answer import (
+    ABSTAIN,
+    dates_shown,
+    evidence,
+    excerpt,
+    inline_dates,
+    read,
+    read_stream,
+    words_tokens,
+)
+from cuemem.llm import ChatResult, Choice, LLMClient, Usage
+from cuemem.types import Answer, Hit, Namespace, Retrieval
+
+
+def hit(turn: str, text: str, date: str | None = None, **detail: object) -> Hit:
+    fields = {"form": 2, "session_id": turn.split(":")[0], **detail}
+    if date:
+        fields["date"] = date
+    return Hit(text, 1.0, [turn], words_tokens(text), "stitch", fields)
+
+
+class Streaming(FakeBackend):
+    """Streams a scripted reply in pieces; chooses the option that names `cite` first."""
+
+    name = "streaming:1"
+
+    def __init__(self, reply: str, cite: str = "") -> None:
+        super().__init__()
+        self.reply, self.cite = reply, cite
+
+    def stream(self, messages, *, max_tokens):
+        self._record(messages)
+        yield from [self.reply[i : i + 3] for i in range(0, len(self.reply), 3)]
+
+    def chat(self, messages, *, max_tokens, temperature):
+        self._record(messages)
+        return ChatResult(self.reply, Usage(1, 1))
+
+    def choose(self, messages, options, k, beam):
+        self._record(messages)
+        ranked = sorted(options, key=lambda o: o != self.cite)
+        return [Choice(o, -5.0 * i) for i, o in enumerate(ranked[:k])], Usage(1, 1)
+
+
+def test_relative_dates_are_shown_absolute_next_to_their_phrase():
+    said = "I start on the 1st of May, early shifts. [1st of May = 1 May 2024]"
+    assert inline_dates(said) == "I start on the 1st of May (1 May 2024), early shifts."
+    two = "I went yesterday and last week. [yesterday = 7 May 2023; last week = week of 1 May 2023]"
+    assert inline_dates(two) == "I went yesterday (7 May 2023) and last week (week of 1 May 2023)."
+    assert inline_dates("Nothing [here] to resolve") == "Nothing [here] to resolve"
+    shown = excerpt(hit("D5:3", "Theo: I start on the 1st of May. [1st of May = 1 May 2024]", "2024-04-15T10:00:00"))
+    assert shown == "[D5:3] 15 April 2024, Theo: I start on the 1st of May (1 May 2024)."
+    assert dates_shown([hit("D5:3", "Theo: on the 1st of May [1st of May = 1 May 2024]", "2024-04-15T10:00:00")]) == {
+        "D5:3": ["15 April 2024", "1st of May = 1 May 2024"]
+    }
+
+
+def test_an_excerpt_names_its_goal_and_says_when_its_value_was_replaced():
+    day2 = hit(
+        "D1:7",
+        "Maya: Day 2 is Casa Azul, 95 euros a night.",
+        "2024-03-03T14:10:00",
+        resolved=["Lisbon trip", "For Day 2 I booked Casa Azul in Alfama, 95 euros a night, a tiny balcony."],
+        revision={"replaced_by": ["D3:1"], "replaced_at": "18 March 2024"},
+    )
+    assert excerpt(day2) == (
+        "[D1:7] 3 March 2024, Maya (re: Lisbon trip): Day 2 is Casa Azul, 95 euros a night. (replaced later by D3:1)"
+    )  # a quoted turn in focus is too long to be a goal: only "Lisbon trip" shows
+    loose = Hit("a plain text hit", 1.0, ["x"], 4)  # another engine's hit: shown as it is
+    assert excerpt(loose) == "[x] a plain text hit"
+
+
+def test_the_smallest_evidence_keeps_rank_order_within_the_budget_and_shows_it_in_date_order():
+    hits = [
+        hit("D3:1", "Maya: Day 2 is now 110 euros a night.", "2024-03-18T09:00:00"),
+        hit("D1:7", "Maya: Day 2 is Casa Azul, 95 euros a night.", "2024-03-03T14:10:00"),
+        hit("D2:1", "Theo: " + "long words " * 80, "2024-03-10T09:00:00"),  # too long for what is left: skipped
+        *[hit(f"D4:{i}", f"Maya: filler {i}.", "2024-04-02T09:00:00") for i in range(10)],
+    ]
+    picked = evidence(hits, 60, most=4)
+    assert [h.turn_ids[0] for h, _ in picked] == ["D1:7", "D3:1", "D4:0", "D4:1"]  # date order
+    assert sum(words_tokens(text) for _, text in picked) <= 60
+    assert [h.turn_ids[0] for h, _ in evidence(hits[2:3], 10)] == ["D2:1"]  # the best hit, however long
+
+
+def test_read_streams_the_first_line_then_the_answer_with_its_citation_and_dates():
+    hits = [
+        hit("D5:3", "Theo: I start on the 1st of May. [1st of May = 1 May 2024]", "2024-04-15T10:00:00"),
+        hit("D5:1", "Theo: I got the job at the bakery!", "2024-04-15T10:00:00"),
+    ]
+    retrieval = Retrieval("When does Theo start?", hits, "stitch", Namespace("u"))
+    backend = Streaming("1 May 2024\nThe excerpt D5:3 says so.", cite="D5:3")
+    items = list(read_stream(LLMClient(backend), retrieval.query, retrieval))
+    *pieces, answer = items
+    assert all(isinstance(p, str) for p in pieces) and len(pieces) > 1
+    assert "".join(pieces) == "1 May 2024" == answer.text  # the reader's first line only
+    assert isinstance(answer, Answer) and answer.cited_turn_ids == ["D5:3"]  # within the margin: one id
+    assert answer.dates == ["15 April 2024", "1st of May = 1 May 2024"]
+    assert answer.evidence_turn_ids == ["D5:3", "D5:1"] and 0 < (answer.evidence_tokens or 0) < 60
+    prompt = backend.sent[0][-1]["content"]
+    assert "[D5:3] 15 April 2024, Theo: I start on the 1st of May (1 May 2024)." in prompt
+    assert read(LLMClient(backend), retrieval.query, retrieval).text == "1 May 2024"  # read: the same, whole
+
+
+def test_an_abstention_cites_nothing_and_empty_memory_abstains_without_a_model_call():
+    retrieval = Retrieval("Who won?", [hit("D1:1", "Maya: hello", "2024-03-03T14:10:00")], "stitch", Namespace("u"))
+    backend = Streaming("The memory does not say.", cite="D1:1")
+    answer = read(LLMClient(backend), retrieval.query, retrieval)
+    assert answer.text == ABSTAIN and answer.cited_turn_ids == [] and answer.dates == []
+    assert len(backend.sent) == 1  # no citation asked for an abstention
+    empty = Retrieval("Who won?", [], "stitch", Namespace("u"))
+    quiet = Streaming("anything")
+    assert read(LLMClient(quiet), "Who won?", empty).text.startswith(ABSTAIN) and quiet.sent == []
+
+
+def test_memory_answer_stream_ends_with_the_answer_of_memory_answer(tmp_path: Path):
+    with open_memory(tmp_path / "m.db", "hybrid") as memory:
+        memory.add(
+            [
+                {"role": "Maya", "content": "Day 1 is the Apollo Hotel near Rossio."},
+                {"role": "Theo", "content": "Nice, is Lena coming too?"},
+            ],
+            user_id="maya",
+            session_id="s1",
+            timestamp="3 March 2024",
+        )
+        streamed = list(memory.answer_stream("Which hotel on Day 1?", user_id="maya"))
+        whole = memory.answer("Which hotel on Day 1?", user_id="maya")
+    *pieces, last = streamed
+    assert isinstance(last, Answer) and "".join(pieces) == last.text == whole.text  # the cache: same reply
+    assert last.cited_turn_ids == whole.cited_turn_ids and set(last.cited_turn_ids) <= set(last.evidence_turn_ids)
