@@ -29,6 +29,8 @@ setup: $(VENV)/.installed
 	# The local models' one-time conversion (GGUF to a cached safetensors copy: minutes on a loaded machine), here
 	# rather than inside the first answer or test; a no-op once done.
 	$(PY) -c 'from cuemem.llm.local import prepare; prepare()'
+	# The default reader's GGUF re-encoded as Q4_0 for llama.cpp (seconds; BENCHMARKS.md, "The reader's runtime").
+	$(PY) -c 'from cuemem.llm.llamacpp import prepare; prepare()'
 
 demo: setup
 	$(VENV)/bin/cuemem demo

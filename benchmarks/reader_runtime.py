@@ -8,7 +8,8 @@ one warm-up; the median is reported.
     python benchmarks/reader_runtime.py --model qwen2.5-coder-0.5b --out bench-out/reader-runtime.json
     python benchmarks/reader_runtime.py --model qwen2.5-coder-0.5b --runtimes llamacpp,onnx --onnx-dir DIR
 
-Runtimes: `llamacpp` (cuemem's default: llama.cpp's prebuilt CPU library, Q4_K_M GGUF), `transformers` (the GGUF
+Runtimes: `llamacpp` (llama.cpp's prebuilt CPU library on the GGUF as fetched, Q4_K_M), `llamacpp-q4_0` and
+`llamacpp-q8_0` (the same GGUF re-encoded by llama.cpp's quantizer; q4_0 is cuemem's default), `transformers` (the GGUF
 de-quantised to float32, cuemem's `local` backend), `onnx` (ONNX Runtime GenAI, int4, a folder made by its model
 builder from the de-quantised weights: `python -m onnxruntime_genai.models.builder -i <f32 folder> -o DIR -p int4
 -e cpu --extra_options int4_accuracy_level=4`; not a cuemem dependency, measured where installed).
@@ -41,11 +42,14 @@ def prompt(tokens: int) -> list[dict[str, str]]:
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n".join(lines) + "\n\n" + question}]
 
 
-def run_llamacpp(model: str, tokens: int, repeats: int) -> dict[str, Any]:
-    from cuemem.llm.llamacpp import LlamaCppBackend
+def run_llamacpp(model: str, tokens: int, repeats: int, quant: str = "") -> dict[str, Any]:
+    from cuemem.llm.llamacpp import LlamaCppBackend, requantized
+    from cuemem.llm.local import resolve_local_model
 
+    if quant:
+        requantized(resolve_local_model(model), quant)  # made before the clock starts (once, in the cache)
     start = time.perf_counter()
-    backend = LlamaCppBackend(model=model)
+    backend = LlamaCppBackend(model=model, quant=quant)
     backend.load()
     loaded = time.perf_counter() - start
     messages = prompt(tokens)
@@ -63,7 +67,7 @@ def run_llamacpp(model: str, tokens: int, repeats: int) -> dict[str, Any]:
             pieces.append(piece)
         t1 = time.perf_counter()
         rows.append((t0, first or t1, t1, len(backend.prompt_tokens(messages)), len(pieces), "".join(pieces)))
-    return _summary("llamacpp", loaded, rows[1:])
+    return _summary(f"llamacpp{'-' + quant if quant else ''}", loaded, rows[1:])
 
 
 def run_transformers(model: str, tokens: int, repeats: int) -> dict[str, Any]:
@@ -138,7 +142,7 @@ def _summary(runtime: str, loaded: float, rows: list[tuple[float, float, float, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
-    parser.add_argument("--runtimes", default="llamacpp,transformers")
+    parser.add_argument("--runtimes", default="llamacpp-q4_0,llamacpp-q8_0,llamacpp,transformers")
     parser.add_argument("--onnx-dir", default="")
     parser.add_argument("--tokens", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=3)
@@ -146,9 +150,12 @@ def main() -> None:
     parser.add_argument("--one", default="", help=argparse.SUPPRESS)  # run one runtime in this process
     args = parser.parse_args()
     if args.one:
-        run = {"llamacpp": run_llamacpp, "transformers": run_transformers}.get(args.one)
-        target = args.onnx_dir if args.one == "onnx" else args.model
-        result = (run or run_onnx)(target, args.tokens, args.repeats)
+        if args.one.startswith("llamacpp"):
+            result = run_llamacpp(args.model, args.tokens, args.repeats, args.one.partition("-")[2])
+        elif args.one == "transformers":
+            result = run_transformers(args.model, args.tokens, args.repeats)
+        else:
+            result = run_onnx(args.onnx_dir, args.tokens, args.repeats)
         print(json.dumps(result))
         return
     results = []

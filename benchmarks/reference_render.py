@@ -250,7 +250,12 @@ ANSWER_COLS = (
     ("bleu1", "BLEU-1", ".3f"),
     ("judge_accuracy", "judge accuracy", ".3f"),
     ("reader_seconds_per_question", "reader s / question", ".1f"),
+    ("answer_seconds_p50", "answer s p50", ".1f"),
+    ("answer_seconds_p95", "answer s p95", ".1f"),
     ("model_tokens_per_question", "model tokens / question", ",.0f"),
+    ("evidence_tokens_per_question", "evidence tokens / question", ",.0f"),
+    ("abstains_unanswerable", "abstains (cat 5)", ".2f"),
+    ("abstains_answerable", "abstains (answerable)", ".2f"),
 )
 
 

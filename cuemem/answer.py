@@ -26,15 +26,17 @@ EVIDENCE_TOKENS = 320  # settings.answer_evidence: tokens of excerpts the reader
 EVIDENCE_TURNS = 6  # at most this many excerpts, however short
 GOAL_WORDS = 5  # a goal in focus longer than this (a quoted turn) is not shown as "re: ..."
 _RESOLVED = re.compile(r"\[([^\[\]]+ = [^\[\]]+)\]\s*$")
+_LIST_MARK = re.compile(r"^(?:[-*•]|\d{1,2}[.)])\s*")
 
 
 def system_prompt(abstain: str = ABSTAIN) -> str:
     """The reader's instructions, with the phrase it replies when the excerpts do not say (abstention)."""
     return (
         "You answer a question about a conversation using only the excerpts given. Each excerpt starts with its"
-        " id in brackets, the date it was said and who said it. Answer in a few words: a name, a date, a number"
-        " or a short phrase. If a value changed, give the latest one. For a date, give the date the excerpt"
-        f' states. If the excerpts do not hold the answer, reply exactly "{abstain}"'
+        " id in brackets, the day it was said and who said it. A date in parentheses is the day that words such"
+        ' as "yesterday" or "last week" refer to: use it when asked when something happened. Answer in a few'
+        " words: a name, a date, a number or a short phrase. If a value changed, give the latest one. Only if no"
+        f' excerpt is about the question, reply exactly "{abstain}"'
     )
 
 
@@ -51,7 +53,7 @@ def excerpt(hit: Hit) -> str:
     day = format_day(datetime.fromisoformat(when)) if isinstance(when, str) and when[:4].isdigit() else ""
     text = hit.text
     speaker, said = ([*text.split(": ", 1), ""])[:2] if detail.get("form") is not None and ": " in text else ("", text)
-    goals = [g for g in detail.get("resolved") or [] if isinstance(g, str) and 0 < len(g.split()) <= GOAL_WORDS]
+    goals = [g for g in detail.get("resolved") or [] if isinstance(g, str) and _names_a_goal(g)]
     who = speaker + (f" (re: {', '.join(goals[:2])})" if goals else "")
     head = ", ".join(x for x in (day, who) if x)
     said = inline_dates(said)
@@ -77,6 +79,30 @@ def inline_dates(text: str) -> str:
         elif phrase != label:
             body += f" [{phrase} = {label}]"
     return body
+
+
+def _names_a_goal(anchor: str) -> bool:
+    """Whether a goal in focus is worth showing: two to GOAL_WORDS words ("Lisbon trip", "Casa Azul") or a
+    numbered one ("Day 2"); a lone name ("Mel", "Good") says nothing the excerpt does not."""
+    words = anchor.split()
+    return 2 <= len(words) <= GOAL_WORDS or (len(words) == 1 and any(ch.isdigit() for ch in anchor))
+
+
+def first_answer(text: str) -> str:
+    """The answer in a reply: its first line, or, where that line only introduces a list ("His goals are:"), the
+    list's items joined by commas (small models run on past the answer, but lists are answers too)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if not lines[0].endswith(":") or len(lines) == 1:
+        return lines[0]
+    items = []
+    for line in lines[1:]:
+        item = _LIST_MARK.sub("", line).strip()
+        if not item or (item == line and items):  # the list ended
+            break
+        items.append(item.rstrip(".;,"))
+    return ", ".join(items) or lines[0]
 
 
 def evidence(
@@ -137,7 +163,7 @@ def read_stream(
     question: str,
     retrieval: Retrieval,
     *,
-    max_tokens: int = 32,
+    max_tokens: int = 48,
     cite: int = 2,
     margin: float = 2.0,
     now: str | None = None,
@@ -145,6 +171,7 @@ def read_stream(
     notes: Sequence[str] = (),
     evidence_tokens: int = EVIDENCE_TOKENS,
     count: Callable[[str], int] = words_tokens,
+    verify: float | None = None,
 ) -> Iterator[str | Answer]:
     """`read`, streamed: the answer's text in pieces as the model decodes them, then the `Answer` (last item)."""
     if not retrieval.hits:
@@ -157,22 +184,33 @@ def read_stream(
     ids = list(dict.fromkeys(t for hit, _ in picked for t in hit.turn_ids))
     messages = messages_for(question, shown, now=now, abstain=abstain, notes=notes)
     pieces: list[str] = []
-    printed = 0
+    printed = ""
     for piece in client.stream(messages, max_tokens=max_tokens):
         pieces.append(piece)
-        text = "".join(pieces)
-        line = text.lstrip().split("\n")[0]  # small models run on past the answer: only its first line counts
-        if len(line) > printed:
-            yield line[printed:]
-            printed = len(line)
-        if "\n" in text.lstrip():
+        so_far = "".join(pieces).lstrip()
+        line = so_far.split("\n")[0]
+        if line.endswith(":"):  # a list follows: it is streamed whole, at the end
+            continue
+        if len(line) > len(printed):
+            yield line[len(printed) :]
+            printed = line
+        if "\n" in so_far:  # small models run on past the answer: its first line is the answer
             break
-    text = "".join(pieces).strip().split("\n")[0].strip() or abstain
+    text = first_answer("".join(pieces)) or abstain
+    if text != printed:
+        yield text[len(printed) :] if text.startswith(printed) else "\n" + text
     tokens = sum(count(s) for s in shown)
     used = {h.turn_ids[0]: h for h, _ in picked}
     dates = dates_shown([h for h, _ in picked])
-    if _abstains(text, abstain):
+    if abstains(text, abstain):
         yield Answer(text, [], retrieval, list(notes), evidence_tokens=tokens)
+        return
+    support = _support(client, messages, text) if verify is not None else None
+    shown_ids = [t for h in used.values() for t in h.turn_ids]
+    if support is not None and verify is not None and support < verify:  # the reader's own check says no
+        yield Answer(
+            abstain, [], retrieval, list(notes), evidence_tokens=tokens, evidence_turn_ids=shown_ids, support=support
+        )
         return
     cited = _cite(client, messages, text, ids, cite, margin)
     yield Answer(
@@ -182,7 +220,8 @@ def read_stream(
         list(notes),
         dates=sorted({d for t in cited for d in dates.get(t, [])}, key=lambda d: (len(d), d)),
         evidence_tokens=tokens,
-        evidence_turn_ids=[t for h in used.values() for t in h.turn_ids],
+        evidence_turn_ids=shown_ids,
+        support=support,
     )
 
 
@@ -191,7 +230,7 @@ def read(
     question: str,
     retrieval: Retrieval,
     *,
-    max_tokens: int = 32,
+    max_tokens: int = 48,
     cite: int = 2,
     margin: float = 2.0,
     now: str | None = None,
@@ -199,6 +238,7 @@ def read(
     notes: Sequence[str] = (),
     evidence_tokens: int = EVIDENCE_TOKENS,
     count: Callable[[str], int] = words_tokens,
+    verify: float | None = None,
 ) -> Answer:
     """Answer from the smallest evidence among the hits, then choose up to `cite` supporting ids among those
     shown (a second one only if its log-probability is within `margin` of the first). `now` is the date the
@@ -218,16 +258,33 @@ def read(
         notes=notes,
         evidence_tokens=evidence_tokens,
         count=count,
+        verify=verify,
     )
     assert isinstance(last, Answer)
     return last
 
 
-def _abstains(text: str, abstain: str) -> bool:
+def abstains(text: str, abstain: str = ABSTAIN) -> bool:
     """Whether a reply is the abstention (a small model may shorten or decorate it)."""
     core = abstain.lower().rstrip(".")
     said = text.lower().strip(" .\"'")
     return core in said or said in {"unknown", "not mentioned", "none", "n/a"}
+
+
+def _support(client: LLMClient, messages: list, text: str) -> float | None:
+    """How strongly the reader holds its answer to be stated in the excerpts: log P(yes) - log P(no) when asked
+    (None where the backend gives no log-probabilities or fails)."""
+    asked = [
+        *messages,
+        {"role": "assistant", "content": text},
+        {"role": "user", "content": "Is that answer stated in the excerpts? Reply yes or no."},
+    ]
+    try:
+        chosen = {c.option: c.logprob for c in client.choose(asked, ["yes", "no"], k=2)}
+    except LLMError:
+        return None
+    yes, no = chosen.get("yes"), chosen.get("no")
+    return None if yes is None or no is None else yes - no
 
 
 def _cite(client: LLMClient, messages: list, text: str, ids: list[str], cite: int, margin: float) -> list[str]:

@@ -123,6 +123,9 @@ class Settings:
     # "smollm2-135m", shipped; "qwen2.5-coder-1.5b") or a GGUF path; for openai the endpoint's model
     # ("gpt-4o-mini" when empty).
     llm_model: str = ""
+    # llamacpp: run the GGUF re-encoded as "q4_0" (fastest prompt evaluation on llama.cpp's portable CPU build) or
+    # "q8_0", made once in the model cache; "" = the file as fetched (Q4_K_M). Chosen on dev (BENCHMARKS.md).
+    llm_quant: str = "q4_0"
     llm_base_url: str = "https://api.openai.com/v1"
     llm_api_key: str | None = None
     llm_timeout: float = 60.0
@@ -131,6 +134,9 @@ class Settings:
     llm_choice_mode: str = "enum"  # "enum" (JSON-schema enum) or "guided" (vLLM guided_choice)
     llm_cache: str = ""  # the call cache's SQLite file; "" = user cache dir, "off" = no cache
     answer_budget: int = 320  # tokens of excerpts the reader sees: the smallest evidence (cuemem/answer.py)
+    # The reader's check of its own answer: asked "is that answer stated in the excerpts?", it abstains when
+    # log P(yes) - log P(no) is below this (None = no check, one model call less). Chosen on dev (BENCHMARKS.md).
+    answer_verify: float | None = None
     datasets: Path = Path("datasets")  # benchmark data (`cuemem bench`); relative to the working directory
     # The engines a `cuemem serve` request may name besides `engine`, comma-separated: "" = every registered engine
     # by its name (no "name[field=value]" variants), "*" = any engine or variant (`cuemem serve --allow-engine`).
@@ -154,6 +160,8 @@ class Settings:
             raise CuememError("settings expand_depth and rerank_depth must be >= 1")
         if self.revise_history not in ("near", "last"):
             raise CuememError(f"setting revise_history must be near or last, got {self.revise_history!r}")
+        if self.llm_quant not in ("", "q4_0", "q8_0"):
+            raise CuememError(f"setting llm_quant must be q4_0, q8_0 or '' (as fetched), got {self.llm_quant!r}")
         if self.rerank not in ("off", "model"):
             raise CuememError(f"setting rerank must be off or model, got {self.rerank!r}")
         if self.embed_dim < 0:

@@ -7,6 +7,7 @@ then the engine), transfer (export, import, files) and forgetting (deletes, rein
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
@@ -183,6 +184,11 @@ class Memory:
         retrieval = self._search(question, (user_id, agent_id, run_id), k, None, engine, now)
         return self.read(question, retrieval, budget_tokens=budget, now=now, abstain=abstain)
 
+    @property
+    def reader(self) -> Callable[..., Answer]:
+        """`cuemem.answer.read` with this memory's reader settings (the check of its answer, `answer_verify`)."""
+        return functools.partial(read, verify=self.settings.answer_verify)
+
     def answer_stream(
         self,
         question: str,
@@ -215,6 +221,7 @@ class Memory:
                 now=now,
                 abstain=ABSTAIN if abstain is None else abstain,
                 evidence_tokens=budget,
+                verify=self.settings.answer_verify,
             )
 
     def _search(
@@ -260,7 +267,14 @@ class Memory:
         ctx = self._indexer.context(ns, retrieval.namespace, now=now)
         with client.stage("query"):  # the engine's own step (`episodic`'s master) or, by default, the reader
             return engine.answer(
-                ctx, client, question, retrieval, reader=read, budget_tokens=budget_tokens, now=now, abstain=abstain
+                ctx,
+                client,
+                question,
+                retrieval,
+                reader=self.reader,
+                budget_tokens=budget_tokens,
+                now=now,
+                abstain=abstain,
             )
 
     def get(self, turn_id: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> Turn:

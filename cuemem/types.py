@@ -161,3 +161,4 @@ class Answer:
     dates: list[str] = field(default_factory=list)  # the absolute dates the cited excerpts show ("7 May 2023")
     evidence_tokens: int | None = None  # tokens of excerpts the reader was shown (None: not the reader's path)
     evidence_turn_ids: list[str] = field(default_factory=list)  # the turns shown to the reader, the only citable
+    support: float | None = None  # the reader's check of its answer: log P(yes) - log P(no) (None: not checked)

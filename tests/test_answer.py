@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import open_memory
 from fakes import FakeBackend
 
@@ -47,6 +48,9 @@ class Streaming(FakeBackend):
 
     def choose(self, messages, options, k, beam):
         self._record(messages)
+        if options == ["yes", "no"]:  # the reader's check of its answer: yes when it cites anything
+            sure = -0.1 if self.cite else -3.0
+            return [Choice("yes", sure), Choice("no", -1.0)][:k], Usage(1, 1)
         ranked = sorted(options, key=lambda o: o != self.cite)
         return [Choice(o, -5.0 * i) for i, o in enumerate(ranked[:k])], Usage(1, 1)
 
@@ -138,3 +142,15 @@ def test_memory_answer_stream_ends_with_the_answer_of_memory_answer(tmp_path: Pa
     *pieces, last = streamed
     assert isinstance(last, Answer) and "".join(pieces) == last.text == whole.text  # the cache: same reply
     assert last.cited_turn_ids == whole.cited_turn_ids and set(last.cited_turn_ids) <= set(last.evidence_turn_ids)
+
+
+def test_the_readers_check_turns_an_unsupported_answer_into_the_abstention():
+    retrieval = Retrieval(
+        "Who won?", [hit("D1:1", "Maya: we played chess", "2024-03-03T14:10:00")], "stitch", Namespace("u")
+    )
+    sure = read(LLMClient(Streaming("Maya", cite="D1:1")), "Who won?", retrieval, verify=0.0)
+    assert sure.text == "Maya" and sure.cited_turn_ids == ["D1:1"] and sure.support == pytest.approx(0.9)
+    unsure = read(LLMClient(Streaming("Theo")), "Who won?", retrieval, verify=0.0)
+    assert unsure.text == ABSTAIN and unsure.cited_turn_ids == [] and unsure.support == pytest.approx(-2.0)
+    unchecked = read(LLMClient(Streaming("Theo")), "Who won?", retrieval)
+    assert unchecked.text == "Theo" and unchecked.support is None  # no check asked: no extra call

@@ -126,8 +126,8 @@ def test_demo_runs_on_the_embedded_default(tmp_path, monkeypatch):
     found, total = (int(x) for x in r.output.split("Evidence recall@5: ")[1].split(" ")[0].split("/"))
     assert total == 10 and found >= 9  # measured 10/10 with EmbeddingGemma (BM25 weight 0.2), 9/10 with MiniLM
     # ... and it ends with answers from the default local model, each citing turns.
-    assert r.output.count("\nA: ") == 8 and "Answers by local:qwen2.5-coder-0.5b" in r.output
-    cited = int(r.output.split("[greedy]: ")[1].split("/")[0])
+    assert r.output.count("\nA: ") == 8 and "Answers by llamacpp:qwen2.5-coder-0.5b" in r.output
+    cited = int(r.output.split("[greedy,q4_0]: ")[1].split("/")[0])
     assert cited >= 4  # answers citing an evidence turn: measured 5/8
 
 

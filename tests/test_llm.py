@@ -7,10 +7,8 @@ import hashlib
 import hmac
 import json
 import sqlite3
-import sys
 import threading
 import time
-import types
 from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar, Literal
 
@@ -23,7 +21,6 @@ from cuemem.llm import (
     ChatResult,
     Choice,
     FileCallCache,
-    LlamaCppBackend,
     LLMClient,
     LLMError,
     LLMOutputError,
@@ -376,57 +373,6 @@ def test_local_backend_that_cannot_load_is_unavailable(tmp_path):
         for call in every_call(client):
             with pytest.raises(LLMUnavailableError, match="cannot load the local model"):
                 call()
-
-
-def fake_llama_cpp(
-    monkeypatch, *, load_error: Exception | None = None, reply: Any = None, run_error: Exception | None = None
-) -> None:
-    """A stand-in `llama_cpp` module, so the backend's failure handling is tested without the extra."""
-
-    class Llama:
-        def __init__(self, **kwargs):
-            if load_error is not None:
-                raise load_error
-
-        def create_chat_completion(self, **kwargs):
-            if run_error is not None:
-                raise run_error
-            return reply
-
-    class LlamaGrammar:
-        @staticmethod
-        def from_string(text, verbose=False):
-            return text
-
-    module = types.ModuleType("llama_cpp")
-    module.Llama, module.LlamaGrammar = Llama, LlamaGrammar  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "llama_cpp", module)
-
-
-def test_llamacpp_failures_are_llm_errors(monkeypatch, tmp_path):
-    model = str(tmp_path / "model.gguf")
-    (tmp_path / "model.gguf").write_bytes(b"GGUF, but corrupt")  # a missing file is refused before llama.cpp loads
-    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # not installed
-    with pytest.raises(LLMUnavailableError, match="not installed"):
-        LLMClient(LlamaCppBackend(model)).choose(USER, ["a", "b"])
-    fake_llama_cpp(monkeypatch, load_error=ValueError(f"Failed to load model from file: {model}"))
-    with pytest.raises(LLMUnavailableError, match="cannot load"):
-        LLMClient(LlamaCppBackend(model)).chat(USER)
-    fake_llama_cpp(monkeypatch, run_error=ValueError("Requested tokens (5000) exceed context window of 4096"))
-    with pytest.raises(LLMUnavailableError, match="exceed context window"):
-        LLMClient(LlamaCppBackend(model)).chat(USER)
-    fake_llama_cpp(monkeypatch, run_error=RuntimeError("llama_decode returned -3"))
-    with pytest.raises(LLMUnavailableError, match="llama_decode"):
-        LLMClient(LlamaCppBackend(model)).choose(USER, ["a", "b"])
-    for reply in ({"choices": []}, {"choices": [{"message": {"content": 3}}]}, None):
-        fake_llama_cpp(monkeypatch, reply=reply)
-        with pytest.raises(LLMOutputError, match="no chat completion"):
-            LLMClient(LlamaCppBackend(model)).chat(USER)
-    fake_llama_cpp(monkeypatch, reply={"choices": [{"message": {"content": "b"}}], "usage": {"prompt_tokens": 4}})
-    assert LLMClient(LlamaCppBackend(model)).choose(USER, ["a", "b"])[0].option == "b"
-    fake_llama_cpp(monkeypatch, run_error=TypeError("unexpected keyword argument 'top_k'"))
-    with pytest.raises(TypeError):  # a programming (or version) error is not an outage
-        LLMClient(LlamaCppBackend(model)).chat(USER)
 
 
 # --------------------------------------------------------------------------- caches: the file, a store's, bound views

@@ -8,8 +8,8 @@ import pytest
 from pydantic import BaseModel
 
 from cuemem.llm import LlamaCppBackend, LLMClient, LLMUnavailableError, llamacpp
-from cuemem.llm.llamacpp import choice_grammar, gbnf_literal, schema_grammar
-from cuemem.llm.local import gguf_path
+from cuemem.llm.llamacpp import choice_grammar, gbnf_literal, requantized, schema_grammar
+from cuemem.llm.local import gguf_path, resolve_local_model
 
 
 def test_gbnf_literals_escape_what_would_break_the_grammar():
@@ -114,3 +114,18 @@ def test_a_corrupt_gguf_is_unavailable_not_a_crash(tmp_path):
     path.write_bytes(b"GGUF, but corrupt")
     with pytest.raises(LLMUnavailableError, match="cannot load"):
         LLMClient(LlamaCppBackend(str(path))).chat(ASK)
+
+
+@needs_library
+def test_the_gguf_is_re_encoded_once_in_the_model_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUEMEM_MODEL_CACHE", str(tmp_path))
+    model = resolve_local_model("smollm2-135m")
+    made = requantized(model, "q8_0")
+    assert made.parent == tmp_path / "models" and made.name.endswith(".q8_0.gguf") and made.read_bytes()[:4] == b"GGUF"
+    stamp = made.stat().st_mtime_ns
+    assert requantized(model, "q8_0") == made and made.stat().st_mtime_ns == stamp  # made once
+    assert model.gguf.is_file() and model.gguf != made  # the fetched file is left as it is
+    assert LlamaCppBackend(model="smollm2-135m", quant="q8_0", threads=2).chat(ASK, max_tokens=4).text
+    with pytest.raises(LLMUnavailableError, match="unknown llm_quant"):
+        requantized(model, "q2_k")
+    assert not list((tmp_path / "models").glob(".quant-*"))  # no staging file left behind

@@ -31,8 +31,11 @@ def test_backends_are_named_after_their_model():
     assert LocalBackend(model="smollm2").name == LocalBackend(model="smollm2-135m").name
     assert LocalBackend().name == "local:qwen2.5-coder-0.5b[greedy]"  # the default
     assert LocalBackend(model="qwen-0.5b").name == LocalBackend().name  # an alias shares the cache keys
-    assert LlamaCppBackend().name == "llamacpp:qwen2.5-coder-0.5b[greedy]"
-    assert LlamaCppBackend(model="qwen2.5-coder-1.5b").name == "llamacpp:qwen2.5-coder-1.5b[greedy]"
+    assert LlamaCppBackend().name == "llamacpp:qwen2.5-coder-0.5b[greedy,q4_0]"  # the default: re-encoded as Q4_0
+    assert LlamaCppBackend(model="qwen2.5-coder-1.5b", quant="").name == "llamacpp:qwen2.5-coder-1.5b[greedy]"
+    assert make_client(Settings(llm_quant="q8_0", llm_cache="off")).backend.name == (
+        "llamacpp:qwen2.5-coder-0.5b[greedy,q8_0]"
+    )
     assert make_client(Settings(llm="local", llm_model="qwen2.5-coder-0.5b", llm_cache="off")).backend.name == (
         "local:qwen2.5-coder-0.5b[greedy]"
     )

@@ -202,6 +202,18 @@ def _answer_block(config: BenchConfig, questions: list[dict[str, Any]]) -> dict[
             [q["conversation_tokens"] for q in questions if "conversation_tokens" in q]
         ),
     }
+    waits = sorted(q["answer_total_ms"] / 1000 for q in questions if "answer_total_ms" in q)
+    if waits:  # what a user waits for an answer: the search and the reading
+        block["answer_seconds_p50"] = percentile(waits, 50)
+        block["answer_seconds_p95"] = percentile(waits, 95)
+    shown = [q["evidence_tokens"] for q in questions if "evidence_tokens" in q]
+    if shown:  # the smallest evidence: tokens of excerpts the reader saw, and how often they held the evidence
+        block["evidence_tokens_per_question"] = mean(shown)
+        block["evidence_shown"] = mean([q["evidence_shown"] for q in main if "evidence_shown" in q])
+    if any("abstained" in q for q in questions):  # abstention: wanted on unanswerable questions only
+        block["abstains_answerable"] = mean([float(q.get("abstained", False)) for q in main])
+        adversarial_asked = [q for q in questions if q["adversarial"]]
+        block["abstains_unanswerable"] = mean([float(q.get("abstained", False)) for q in adversarial_asked])
     routed = [q["system"] for q in questions if "system" in q]
     if routed:  # episodic: the share of questions answered on the fast path (System 1)
         block["system1_share"] = mean([float(x == 1) for x in routed])
@@ -309,8 +321,9 @@ def write_report(config: BenchConfig, results: dict[str, Any]) -> None:
             "## Answers",
             "",
             "| engine | questions | locomo_f1 (1-4) | cat 5 | set_f1 | bleu1 | judge accuracy | judged"
-            " | answer s/question | model tokens/question | counted tokens/question | conversation tokens |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            " | answer s/question | model tokens/question | counted tokens/question | conversation tokens"
+            " | evidence tokens | evidence shown | p50 s | p95 s | abstains (answerable) | abstains (unanswerable) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for name, e in engines.items():
             a = e["answer"]
@@ -321,7 +334,10 @@ def write_report(config: BenchConfig, results: dict[str, Any]) -> None:
                 f" | {_fmt(a.get('reader_seconds_per_question'))}"
                 f" | {_fmt(float(e['cost'].get('llm_tokens_per_question', math.nan)))}"
                 f" | {_fmt(a.get('model_tokens_per_question'))}"
-                f" | {_fmt(a.get('conversation_tokens_per_question'))} |"
+                f" | {_fmt(a.get('conversation_tokens_per_question'))}"
+                f" | {_fmt(a.get('evidence_tokens_per_question'))} | {_fmt(a.get('evidence_shown'))}"
+                f" | {_fmt(a.get('answer_seconds_p50'))} | {_fmt(a.get('answer_seconds_p95'))}"
+                f" | {_fmt(a.get('abstains_answerable'))} | {_fmt(a.get('abstains_unanswerable'))} |"
             )
     (out / "report.md").write_text("\n".join(lines) + "\n")
     _plots(out, engines)

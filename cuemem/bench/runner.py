@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..answer import abstains
 from ..embed import MatryoshkaEmbedder, make_embedder
 from ..embed.cached import CachedEmbedder
 from ..errors import UnknownNamespaceError
@@ -159,6 +160,11 @@ def run_conversation(
             )
             record["prediction"] = reply.text
             record["cited"] = reply.cited_turn_ids
+            record["abstained"] = abstains(reply.text, ABSTAIN[config.dataset])
+            record["answer_total_ms"] = latency * 1000 + record["answer_ms"]  # search + reading, as a user waits
+            if reply.evidence_tokens is not None:
+                record["evidence_tokens"] = reply.evidence_tokens
+                record["evidence_shown"] = evidence_recall([reply.evidence_turn_ids], q.evidence)
             record["gold"] = q.answer
             if config.dataset == "locomo":
                 record["locomo_f1"] = locomo_f1(reply.text, q.answer, q.category)

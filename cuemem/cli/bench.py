@@ -58,7 +58,7 @@ def bench(
     budget: Annotated[int, typer.Option(help="Token budget of the packed context.")] = 4096,
     answer: Annotated[bool, typer.Option("--answer", help="Also answer with the model and score the answers.")] = False,
     answer_budget: Annotated[
-        int | None, typer.Option(help="Tokens of context the reader sees (default: answer_budget, 1024).")
+        int | None, typer.Option(help="Tokens of excerpts the reader sees at most (default: answer_budget, 320).")
     ] = None,
     template: Annotated[str | None, typer.Option(help="Turn indexing template, e.g. '{speaker}: {text}'.")] = None,
     embed_cache: Annotated[

@@ -53,7 +53,7 @@ def demo(
             found += len(evidence & set(result.turn_ids))
             total += len(evidence)
             if answers:
-                reply = memory.answer(qa["question"], user_id=user, k=k)
+                reply = memory.answer(qa["question"], user_id=user)  # the reader picks its smallest evidence
                 right = bool(evidence & set(reply.cited_turn_ids))
                 cited_right += right
                 mark = " ✓" if right else ""

@@ -24,7 +24,9 @@ import glob
 import importlib.machinery
 import importlib.util
 import json
+import logging
 import os
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,11 +35,14 @@ from typing import Any
 
 import numpy as np
 
+from ..models import cache_root
 from .base import ChatResult, Choice, LLMUnavailableError, Messages, Usage
-from .local import _defused, _resolve, model_label, resolve_local_model
+from .local import LocalModel, _defused, _resolve, model_label, resolve_local_model
 
+log = logging.getLogger(__name__)
 PACKAGE = "llama"  # the import name of the `llama-cpp-cffi` wheel
 INSTALL = "pip install --no-deps llama-cpp-cffi==0.4.20 (make setup does)"
+DEFAULT_QUANT = "q4_0"  # settings.llm_quant: chosen on dev (BENCHMARKS.md, "The reader's runtime")
 SCORED_OPTIONS = 48  # more options than this are chosen under a grammar (no log-probabilities)
 _NAMED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -167,6 +172,52 @@ class _Loaded:
     cached: list[int] = field(default_factory=list)  # the tokens whose keys and values are in the KV cache
 
 
+# Re-encodings llama.cpp's portable CPU build evaluates prompts faster in (BENCHMARKS.md, "The reader's runtime"):
+# Q4_0 is repacked for AVX2 at load time (prefill ~1.7x Q4_K_M's on 2 cores), Q8_0 keeps every fetched value.
+QUANTS = {"q4_0": 2, "q8_0": 7}  # llama_ftype values
+
+
+def requantized(model: LocalModel, quant: str) -> Path:
+    """The model's GGUF re-encoded as `quant` by llama.cpp's own quantizer, made once in the model cache (a few
+    seconds; atomically, so concurrent first loads are safe); the fetched, verified file is left as it is."""
+    if quant not in QUANTS:
+        raise LLMUnavailableError(f"unknown llm_quant {quant!r}: choose {', '.join(QUANTS)} or '' (as fetched)")
+    target = cache_root() / f"{model.converted.removesuffix('-f32')}.{quant}.gguf"
+    if target.is_file():
+        return target
+    lib, ffi = _native()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, staging = tempfile.mkstemp(prefix=".quant-", suffix=".gguf", dir=target.parent)
+    os.close(handle)
+    try:
+        params = lib.llama_model_quantize_default_params()
+        params.ftype = QUANTS[quant]
+        params.allow_requantize = True
+        params.nthread = os.cpu_count() or 1
+        code = lib.llama_model_quantize(
+            str(model.gguf).encode("utf-8"), staging.encode("utf-8"), ffi.new("llama_model_quantize_params *", params)
+        )
+        if code != 0:
+            raise LLMUnavailableError(f"llama.cpp could not re-encode {model.gguf} as {quant} (code {code})")
+        os.replace(staging, target)
+    finally:
+        if os.path.exists(staging):
+            os.unlink(staging)
+    return target
+
+
+def prepare(models: tuple[str, ...] = ("",), quant: str = DEFAULT_QUANT) -> list[Path]:
+    """Re-encode the fetched local models once, ahead of their first answer (`make setup`); a model that is not
+    there, or a missing library, is skipped (it fails clearly on first use instead)."""
+    done = []
+    for name in models:
+        try:
+            done.append(requantized(resolve_local_model(name), quant))
+        except LLMUnavailableError as exc:
+            log.info("not re-encoding %s: %s", name or "the default model", exc)
+    return done
+
+
 _MODELS: dict[tuple[str, int, int], _Loaded] = {}
 _MODELS_LOCK = threading.Lock()
 
@@ -208,19 +259,28 @@ class LlamaCppBackend:
     """llama.cpp on the CPU, greedy; `stream` for token-by-token answers."""
 
     def __init__(
-        self, model_path: str | None = None, *, model: str = "", n_ctx: int = 4096, threads: int | None = None
+        self,
+        model_path: str | None = None,
+        *,
+        model: str = "",
+        n_ctx: int = 4096,
+        threads: int | None = None,
+        quant: str = DEFAULT_QUANT,
     ) -> None:
         """`model`: a registry name or GGUF path (default: the default local model); `model_path` is the older
-        spelling. `threads`: every core by default."""
+        spelling. `threads`: every core by default. `quant`: run the GGUF re-encoded as q4_0 (the default) or
+        q8_0, or "" for the file as fetched."""
         self._wanted = model_path or model
-        self.name = f"llamacpp:{model_label(self._wanted)[0]}[greedy]"
+        self._quant = quant
+        self.name = f"llamacpp:{model_label(self._wanted)[0]}[greedy{',' + quant if quant else ''}]"
         self._n_ctx = n_ctx
         self._threads = threads or os.cpu_count() or 1
         self._loaded: _Loaded | None = None
 
     def load(self) -> _Loaded:
         if self._loaded is None:
-            path = resolve_local_model(self._wanted).gguf  # LLMUnavailableError with the install/fetch command
+            model = resolve_local_model(self._wanted)  # LLMUnavailableError with the install/fetch command
+            path = requantized(model, self._quant) if self._quant else model.gguf
             self._loaded = _load(path, self._n_ctx, self._threads)
         return self._loaded
 

@@ -84,6 +84,7 @@ class AnswerResult(BaseModel):
 
     answer: str
     cited_turn_ids: list[str] = Field(description="ids of the turns the answer rests on")
+    dates: list[str] = Field(default_factory=list, description="absolute dates the cited turns show")
 
 
 class DeletedTurn(BaseModel):
@@ -174,7 +175,7 @@ def build_server(memory: Memory, namespace: NamespaceSource, *, name: str = "cue
         the turns it cites (only turns it was shown); it says so when memory does not hold the answer."""
         ns = current()
         result = await call(memory.answer, question, user_id=ns.user_id, agent_id=ns.agent_id, run_id=ns.run_id, k=k)
-        return AnswerResult(answer=result.text, cited_turn_ids=list(result.cited_turn_ids))
+        return AnswerResult(answer=result.text, cited_turn_ids=list(result.cited_turn_ids), dates=list(result.dates))
 
     async def delete_memory(
         turn_id: Annotated[str, Field(description="the id of the turn to delete (as add_memory or a hit gave it)")],
