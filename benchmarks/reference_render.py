@@ -40,7 +40,7 @@ TOPICS = {  # docs/benchmarks/<page>.md: what each holds
     "profile": "hybrid preference memory: LongMemEval-S preference and update questions, LoCoMo, preference drift",
     "came": "look-alike conversations: every engine on generated S / M / L conversations, where each loses",
     "models": "embedders and readers: EmbeddingGemma against MiniLM, Qwen2.5-Coder against SmolLM2, "
-    "single-call costs, a fresh `make demo`, answer metrics, the llama.cpp backend",
+    "single-call costs, a fresh `make demo`, answer metrics, the reader's runtime, the smallest evidence",
     "scale": "SQLite and PostgreSQL at 10k / 100k / 1M turns, HNSW recall, BM25 at scale, migration, "
     "the foundation's ingest and search cost",
     "serving": "the HTTP server under load and kill -9 (one SQLite server; two servers on PostgreSQL), "

@@ -96,7 +96,7 @@ def first_answer(text: str) -> str:
         return ""
     if not lines[0].endswith(":") or len(lines) == 1:
         return lines[0]
-    items = []
+    items: list[str] = []
     for line in lines[1:]:
         item = _LIST_MARK.sub("", line).strip()
         if not item or (item == line and items):  # the list ended
