@@ -202,11 +202,11 @@ def read_stream(
     tokens = sum(count(s) for s in shown)
     used = {h.turn_ids[0]: h for h, _ in picked}
     dates = dates_shown([h for h, _ in picked])
+    shown_ids = [t for h in used.values() for t in h.turn_ids]
     if abstains(text, abstain):
-        yield Answer(text, [], retrieval, list(notes), evidence_tokens=tokens)
+        yield Answer(text, [], retrieval, list(notes), evidence_tokens=tokens, evidence_turn_ids=shown_ids)
         return
     support = _support(client, messages, text) if verify is not None else None
-    shown_ids = [t for h in used.values() for t in h.turn_ids]
     if support is not None and verify is not None and support < verify:  # the reader's own check says no
         yield Answer(
             abstain, [], retrieval, list(notes), evidence_tokens=tokens, evidence_turn_ids=shown_ids, support=support

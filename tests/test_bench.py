@@ -290,11 +290,11 @@ def test_the_reader_abstains_generically_and_the_benchmark_in_locomo_words():
     assert "not mentioned" not in ABSTAIN.lower() and "conversation" not in ABSTAIN
     assert read(client, "Where?", found).text == ABSTAIN  # empty output falls back to the phrase
     assert read(client, "Where?", nothing).text.startswith(ABSTAIN)
-    assert backend.systems[-1] == system_prompt() and f'reply "{ABSTAIN}"' in backend.systems[-1]
+    assert backend.systems[-1] == system_prompt() and f'reply exactly "{ABSTAIN}"' in backend.systems[-1]
     locomo = BENCH_ABSTAIN["locomo"]
     assert read(client, "Where?", found, abstain=locomo).text == locomo
     assert read(client, "Where?", nothing, abstain=locomo).text.startswith(locomo)
-    assert f'reply "{locomo}"' in backend.systems[-1]
+    assert f'reply exactly "{locomo}"' in backend.systems[-1]
     # LoCoMo's scorer counts the benchmark's phrase as the right reply to an adversarial (category 5) question
     assert locomo_f1(locomo, "anything", "5") == 1.0 and locomo_f1(ABSTAIN, "anything", "5") == 0.0
     assert set(BENCH_ABSTAIN) == {"locomo", "longmemeval", "came"}

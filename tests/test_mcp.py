@@ -193,7 +193,8 @@ def test_answer_in_process(tmp_path: Path) -> None:
             ]
             result = ok(await client.call_tool("answer", {"question": "Which hotel on Day 1?", "k": 2}))
             expected = memory.answer("Which hotel on Day 1?", user_id="alice", agent_id="planner", k=2)
-            assert result == {"answer": expected.text, "cited_turn_ids": expected.cited_turn_ids}
+            cited, dates = expected.cited_turn_ids, expected.dates
+            assert result == {"answer": expected.text, "cited_turn_ids": cited, "dates": dates}
             assert result["answer"] and set(result["cited_turn_ids"]) <= set(ids)
             error = await client.call_tool("answer", {"question": ""})
             assert error.is_error and "query must be a non-empty string" in text_of(error)

@@ -223,34 +223,41 @@ class LLMClient:
     def stream(self, messages: Messages, *, max_tokens: int = 128) -> Iterator[str]:
         """`chat`, greedy, as pieces of text while the backend decodes them (backends with a `stream` method;
         the others give the whole reply as one piece). The same call as `chat` for the cache and the counters:
-        a streamed reply is remembered once it is complete, and a remembered one comes back as one piece."""
+        a reply streamed to its end is remembered, and a remembered one comes back as one piece; a stream the
+        caller stops early (a reader that needs only the first line) is counted but not remembered."""
         _check_messages(messages)
         request = {"messages": messages, "max_tokens": max_tokens, "temperature": 0.0}
         streaming = getattr(self.backend, "stream", None)
-        if (
-            self.cache is not None and self.cache.get(self.cache_key("chat", request)) is not None
-        ) or streaming is None:
+        remembered = self.cache is not None and self.cache.get(self.cache_key("chat", request)) is not None
+        if remembered or streaming is None:
             yield self.chat(messages, max_tokens=max_tokens).text
             return
         pieces: list[str] = []
         start = time.perf_counter()
+        complete = False
         try:
             for piece in streaming(messages, max_tokens=max_tokens):
                 pieces.append(piece)
                 yield piece
-        except LLMError:
-            raise
-        except OSError as exc:
+            complete = True
+        except OSError as exc:  # the safety net of `_call`
             raise LLMUnavailableError(f"{self.backend.name} failed: {type(exc).__name__}: {exc}") from exc
-        text = "".join(pieces).strip()
-        response = {"text": text, "usage": {"prompt_tokens": 0, "completion_tokens": len(pieces)}}
-        self._call("chat", request, lambda: (response, Usage(0, len(pieces))))  # counted and remembered
-        self._stats_seconds(time.perf_counter() - start)
-
-    def _stats_seconds(self, seconds: float) -> None:
-        """A streamed call's time: the counters saw the call when it had finished, at no cost."""
-        with self._lock:
-            self._stats.setdefault(self.current_stage, StageStats()).seconds += seconds
+        finally:
+            usage = Usage(0, len(pieces))
+            response = {"text": "".join(pieces).strip(), "usage": usage.as_dict()}
+            if complete:
+                self._call("chat", request, lambda: (response, usage))  # counted and remembered
+            else:  # logged like any call, under a key of its own: `chat` must never get a cut reply back
+                self._count(usage, 0.0, cached=False)
+                self._tally("chat", request, response)
+                if self.cache is not None:
+                    cut = self.cache_key("chat", {**request, "stopped_after": len(pieces)})
+                    seconds = time.perf_counter() - start
+                    self.cache.put(
+                        cut, self.backend.name, "chat", self.current_stage, request, response, usage, seconds
+                    )
+            with self._lock:
+                self._stats.setdefault(self.current_stage, StageStats()).seconds += time.perf_counter() - start
 
     def choose(self, messages: Messages, options: list[str], *, k: int = 1, beam: int = 4) -> list[Choice]:
         """The k best options (each a member of `options`), best first, with log-probabilities."""

@@ -198,7 +198,10 @@ def requantized(model: LocalModel, quant: str) -> Path:
             str(model.gguf).encode("utf-8"), staging.encode("utf-8"), ffi.new("llama_model_quantize_params *", params)
         )
         if code != 0:
-            raise LLMUnavailableError(f"llama.cpp could not re-encode {model.gguf} as {quant} (code {code})")
+            raise LLMUnavailableError(
+                f"llama.cpp cannot load {model.gguf} to re-encode it as {quant} (not a GGUF file it reads, or"
+                f" truncated; code {code}): fetch it again, or set llm_quant to '' to run it as it is"
+            )
         os.replace(staging, target)
     finally:
         if os.path.exists(staging):
