@@ -192,6 +192,10 @@ def test_ask_and_llm_commands_with_the_local_model(tmp_path, monkeypatch):
     data = json.loads(r.output)
     assert data["answer"] and set(data["cited_turn_ids"]) <= {"m1", "h1"} and data["llm"]["query"]["calls"] == 2
     assert [hit["turn_ids"] for hit in data["retrieval"]["hits"]] == [["m1"]]
+    assert data["evidence_turn_ids"] == ["m1"] and data["evidence_tokens"] > 0
+    shown = cli(tmp_path, "ask", "Who feeds the cat?", "-u", "maya")  # streamed to the terminal, then its citations
+    assert shown.exit_code == 0 and shown.output.splitlines()[0] == data["answer"]
+    assert ("cites: m1" in shown.output) == (data["cited_turn_ids"] == ["m1"])
     r = runner.invoke(app, ["llm", "choose", "What is the capital of France?", "-o", "Paris", "-o", "London"])
     assert r.exit_code == 0 and r.output.strip() == "Paris"
     r = runner.invoke(app, ["llm", "choose", "Capital of France?", "-o", "Paris", "-o", "Rome", "-k", "2", "--json"])
