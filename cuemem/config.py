@@ -126,6 +126,9 @@ class Settings:
     # llamacpp: run the GGUF re-encoded as "q4_0" (fastest prompt evaluation on llama.cpp's portable CPU build) or
     # "q8_0", made once in the model cache; "" = the file as fetched (Q4_K_M). Chosen on dev (BENCHMARKS.md).
     llm_quant: str = "q4_0"
+    # llamacpp: threads decoding (0 = every core). Fewer where processes share the cores: llama.cpp's threads spin
+    # while they wait for each other, so two processes of 2 threads on 2 cores run several times slower than 1 each.
+    llm_threads: int = 0
     llm_base_url: str = "https://api.openai.com/v1"
     llm_api_key: str | None = None
     llm_timeout: float = 60.0
@@ -160,6 +163,8 @@ class Settings:
             raise CuememError("settings expand_depth and rerank_depth must be >= 1")
         if self.revise_history not in ("near", "last"):
             raise CuememError(f"setting revise_history must be near or last, got {self.revise_history!r}")
+        if self.llm_threads < 0:
+            raise CuememError(f"setting llm_threads must be >= 0 (0 = every core), got {self.llm_threads}")
         if self.llm_quant not in ("", "q4_0", "q8_0"):
             raise CuememError(f"setting llm_quant must be q4_0, q8_0 or '' (as fetched), got {self.llm_quant!r}")
         if self.rerank not in ("off", "model"):

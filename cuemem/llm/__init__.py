@@ -47,7 +47,9 @@ def make_client(settings: Settings, *, file_cache: bool = True) -> LLMClient:
     if settings.llm == "local":
         backend: Backend = LocalBackend(model=settings.llm_model)
     elif settings.llm == "llamacpp":
-        backend = LlamaCppBackend(model=settings.llm_model, quant=settings.llm_quant)
+        backend = LlamaCppBackend(
+            model=settings.llm_model, quant=settings.llm_quant, threads=settings.llm_threads or None
+        )
     elif settings.llm == "openai":
         backend = OpenAIBackend(
             settings.llm_model or "gpt-4o-mini",

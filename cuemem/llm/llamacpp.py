@@ -64,7 +64,7 @@ def choice_grammar(options: list[str]) -> str:
 
 _JSON_RULES = {
     "ws": "[ ]?",
-    "string": '"\\"" ( [^"\\\\\\x00-\\x1F] | "\\\\" ["\\\\/bfnrt] ){0,200} "\\""',
+    "string": '"\\"" ( [^"\\\\\\x00-\\x1F] | "\\\\" ["\\\\/bfnrt] )* "\\""',
     "integer": '"-"? [0-9]{1,15}',
     "number": '"-"? [0-9]{1,15} ( "." [0-9]{1,10} )?',
     "boolean": '"true" | "false"',
@@ -74,8 +74,9 @@ _JSON_RULES = {
 
 def schema_grammar(schema: dict[str, Any]) -> str:
     """A GBNF grammar accepting the JSON documents of `schema` (objects with their properties in order, enums,
-    strings, numbers, integers, booleans, arrays of these; pydantic's `$ref`s followed); bounded lengths, so a
-    small model cannot run on forever inside a string."""
+    strings, numbers, integers, booleans, arrays of these; pydantic's `$ref`s followed). Strings are unbounded
+    in the grammar (a bounded repetition compiles into one rule per repeat, slowing every token): `max_tokens`
+    bounds them."""
     definitions = schema.get("$defs") or schema.get("definitions") or {}
     rules: dict[str, str] = {}
 
