@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from .indexer import Indexer
+from .llm.llamacpp import forget_prompts
 from .store.base import Store
 from .types import Namespace
 
@@ -27,6 +28,7 @@ class Forgetting:
         """Tell the engine a namespace lost turns, for derived state kept outside the store (the profile engine's
         Chroma records): it drops that state now; it is rebuilt from the log on next use. Then tell the listeners."""
         self.indexer.engine.forget(self.indexer.context(ns, namespace))
+        forget_prompts()  # the reader's KV cache may hold the last prompt, and a prompt quotes turns
         for listener in self.listeners:
             listener(namespace)
 

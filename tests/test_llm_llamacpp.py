@@ -6,8 +6,11 @@ import json
 import os
 
 import pytest
+from fakes import fake_llm
 from pydantic import BaseModel
 
+from cuemem import Memory
+from cuemem.embed import HashingEmbedder
 from cuemem.llm import LlamaCppBackend, LLMClient, LLMUnavailableError, llamacpp
 from cuemem.llm.llamacpp import choice_grammar, gbnf_literal, requantized, schema_grammar
 from cuemem.llm.local import gguf_path, resolve_local_model
@@ -109,6 +112,20 @@ def test_stored_text_cannot_open_a_role_and_overflow_is_an_error(backend):
     with pytest.raises(LLMUnavailableError, match="context window"):
         backend.chat([{"role": "user", "content": "word " * 5000}], max_tokens=8)
     assert backend.chat(ASK, max_tokens=8).text  # the context is usable after the refusal
+
+
+@needs_library
+def test_a_delete_empties_the_readers_kv_cache(backend, tmp_path):
+    """The KV cache keeps the last prompt for prefix reuse, and a prompt quotes turns: any delete empties it."""
+    secret = [{"role": "user", "content": "My locker code is 4417. What is my locker code?"}]
+    reply = backend.chat(secret, max_tokens=8).text
+    m = backend.load()
+    assert m.cached and m.lib.llama_get_kv_cache_used_cells(m.ctx) > 0
+    with Memory(str(tmp_path / "m.db"), engine="bm25", embedder=HashingEmbedder(), llm=fake_llm()) as memory:
+        memory.add({"id": "t1", "text": "My locker code is 4417."}, user_id="u")
+        memory.delete("t1", user_id="u")
+    assert m.cached == [] and m.lib.llama_get_kv_cache_used_cells(m.ctx) == 0
+    assert backend.chat(secret, max_tokens=8).text == reply  # evaluated whole again: the same greedy reply
 
 
 def test_a_corrupt_gguf_is_unavailable_not_a_crash(tmp_path):

@@ -64,7 +64,8 @@ def choice_grammar(options: list[str]) -> str:
 
 _JSON_RULES = {
     "ws": "[ ]?",
-    "string": '"\\"" ( [^"\\\\\\x00-\\x1F] | "\\\\" ["\\\\/bfnrt] )* "\\""',
+    "char": '[^"\\\\\\x00-\\x1F] | "\\\\" ["\\\\/bfnrt]',
+    "string": '"\\"" char* "\\""',
     "integer": '"-"? [0-9]{1,15}',
     "number": '"-"? [0-9]{1,15} ( "." [0-9]{1,10} )?',
     "boolean": '"true" | "false"',
@@ -94,6 +95,9 @@ def schema_grammar(schema: dict[str, Any]) -> str:
         elif spec.get("type") == "array":
             item = rule(spec.get("items") or {"type": "string"}, f"{name}-item")
             body = f'"[" ws ( {item} ( "," ws {item} ){{0,15}} )? ws "]"'
+        elif spec.get("type") in (None, "string") and isinstance(spec.get("maxLength"), int):
+            # a bounded string (pydantic's max_length): a small model otherwise runs on until the budget is spent
+            body = f'"\\"" char{{0,{max(0, spec["maxLength"])}}} "\\""'
         else:
             kind = spec.get("type")
             kind = kind if isinstance(kind, str) and kind in _JSON_RULES else "string"
@@ -107,6 +111,22 @@ def schema_grammar(schema: dict[str, Any]) -> str:
     lines = [f"{name} ::= {body}" for name, body in rules.items()]
     lines += [f"{name} ::= {body}" for name, body in _JSON_RULES.items()]
     return "\n".join(lines)
+
+
+def _document_budget(schema: dict[str, Any], per_value: int) -> tuple[int, str]:
+    """Tokens enough for a document of `schema` (`per_value` for each value, a bounded string's maxLength, four
+    values per array), and its keys and punctuation (forced by the grammar, counted on top by the caller)."""
+    definitions = schema.get("$defs") or schema.get("definitions") or {}
+    properties = _resolve(schema, definitions).get("properties") or {}
+    if not properties:
+        return (4 * per_value if _resolve(schema, definitions).get("type") == "array" else per_value), "[]"
+    total = 0
+    for spec in map(lambda p: _resolve(p, definitions), properties.values()):
+        bound = spec.get("maxLength")
+        total += (
+            4 * per_value if spec.get("type") == "array" else max(per_value, bound if isinstance(bound, int) else 0)
+        )
+    return total, json.dumps(dict.fromkeys(properties, ""))
 
 
 def library() -> tuple[Any, Any]:
@@ -259,6 +279,18 @@ def _load(path: Path, n_ctx: int, threads: int) -> _Loaded:
         return loaded
 
 
+def forget_prompts() -> None:
+    """Empty the KV cache of every model this process loaded (promise 2: a delete leaves no trace in caches).
+    The cache keeps the last prompt's keys and values for prefix reuse, and a prompt quotes turns: after a
+    delete, llama.cpp's clear drops every cell and zeroes its buffers, and the next prompt is evaluated whole."""
+    with _MODELS_LOCK:
+        loaded = list(_MODELS.values())
+    for m in loaded:
+        with m.lock:
+            m.lib.llama_kv_cache_clear(m.ctx)
+            m.cached = []
+
+
 class LlamaCppBackend:
     """llama.cpp on the CPU, greedy; `stream` for token-by-token answers."""
 
@@ -393,9 +425,15 @@ class LlamaCppBackend:
         text = "".join(self._generate(messages, max_tokens, None, usage))
         return ChatResult(text.strip(), usage)
 
-    def json(self, messages: Messages, schema: dict[str, Any], *, max_tokens: int = 256) -> tuple[str, Usage]:
+    def json(self, messages: Messages, schema: dict[str, Any], *, max_tokens: int = 48) -> tuple[str, Usage]:
+        """A document of `schema`, decoded under its grammar. `max_tokens` bounds each value, as the transformers
+        backend's does (a string with a maxLength gets as many), and the keys and punctuation the grammar forces
+        come on top: a budget for the whole document cut two-field replies short, and scg-llm's and profile-llm's
+        model calls all failed on the default backend."""
         usage = Usage()
-        text = "".join(self._generate(messages, max_tokens, schema_grammar(schema), usage))
+        values, skeleton = _document_budget(schema, max_tokens)
+        budget = values + len(self._tokenize(self.load(), skeleton, special=False))
+        text = "".join(self._generate(messages, budget, schema_grammar(schema), usage))
         return text, usage
 
     def choose(self, messages: Messages, options: list[str], k: int = 1, beam: int = 4) -> tuple[list[Choice], Usage]:
