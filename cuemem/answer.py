@@ -22,7 +22,7 @@ from .llm import LLMClient, LLMError
 from .types import Answer, Hit, Retrieval
 
 ABSTAIN = "The memory does not say."  # what the reader replies when its excerpts do not hold the answer
-EVIDENCE_TOKENS = 320  # settings.answer_evidence: tokens of excerpts the reader sees (chosen on dev, BENCHMARKS)
+EVIDENCE_TOKENS = 320  # settings.answer_budget: tokens of excerpts the reader sees (chosen on dev, BENCHMARKS)
 EVIDENCE_TURNS = 6  # at most this many excerpts, however short
 GOAL_WORDS = 5  # a goal in focus longer than this (a quoted turn) is not shown as "re: ..."
 _RESOLVED = re.compile(r"\[([^\[\]]+ = [^\[\]]+)\]\s*$")

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from .answer import ABSTAIN, read, read_stream
+from .answer import ABSTAIN, EVIDENCE_TOKENS, read, read_stream
 from .config import Settings
 from .embed import make_embedder
 from .embed.base import Embedder
@@ -180,9 +180,19 @@ class Memory:
         answer; the answer cites only turn ids that were in its context. Model calls count as stage "query".
         `now`, the date the question is asked, is given to the model for questions relative to it; `abstain` is
         the reply the model is told to give when its excerpts do not say (the reader's default otherwise)."""
-        budget = self.settings.answer_budget if budget_tokens is None else budget_tokens
-        retrieval = self._search(question, (user_id, agent_id, run_id), k, None, engine, now)
-        return self.read(question, retrieval, budget_tokens=budget, now=now, abstain=abstain)
+        *_, last = self.answer_stream(
+            question,
+            user_id=user_id,
+            agent_id=agent_id,
+            run_id=run_id,
+            k=k,
+            budget_tokens=budget_tokens,
+            engine=engine,
+            now=now,
+            abstain=abstain,
+        )
+        assert isinstance(last, Answer)
+        return last
 
     @property
     def reader(self) -> Callable[..., Answer]:
@@ -206,23 +216,7 @@ class Memory:
         item). An engine with its own answering step (`episodic`'s master) gives its text as one piece."""
         budget = self.settings.answer_budget if budget_tokens is None else budget_tokens
         retrieval = self._search(question, (user_id, agent_id, run_id), k, None, engine, now)
-        chosen = self.engine if retrieval.engine in ("", self.engine.name) else self._engine(retrieval.engine)
-        if type(chosen).answer is not BaseEngine.answer:  # its own step: answered whole
-            answer = self.read(question, retrieval, budget_tokens=budget, now=now, abstain=abstain)
-            yield answer.text
-            yield answer
-            return
-        client = self.llm_for(self.store.namespace_id(retrieval.namespace))
-        with client.stage("query"):
-            yield from read_stream(
-                client,
-                question,
-                retrieval,
-                now=now,
-                abstain=ABSTAIN if abstain is None else abstain,
-                evidence_tokens=budget,
-                verify=self.settings.answer_verify,
-            )
+        yield from self.read_stream(question, retrieval, budget_tokens=budget, now=now, abstain=abstain)
 
     def _search(
         self, query: str, ids: Ids, k: int | None, budget_tokens: int | None, engine: str | None, now: str | None
@@ -260,21 +254,49 @@ class Memory:
     ) -> Answer:
         """Answer from a retrieval already made (its hits packed into `budget_tokens`): through the engine's own
         answering step where it has one (`episodic`'s master), else the reader. Model calls count as "query"."""
+        *_, last = self.read_stream(question, retrieval, budget_tokens=budget_tokens, now=now, abstain=abstain)
+        assert isinstance(last, Answer)
+        return last
+
+    def read_stream(
+        self,
+        question: str,
+        retrieval: Retrieval,
+        *,
+        budget_tokens: int | None = None,
+        now: str | None = None,
+        abstain: str | None = None,
+    ) -> Iterator[str | Answer]:
+        """`read`, streamed: pieces of the answer's text as the reader decodes them, then the `Answer` (the last
+        item). An engine with its own answering step (`episodic`'s master) gives its text as one piece."""
         ns = self.store.namespace_id(retrieval.namespace)
         client = self.llm_for(ns)
         engine = self.engine if retrieval.engine in ("", self.engine.name) else self._engine(retrieval.engine)
         abstain = ABSTAIN if abstain is None else abstain
-        ctx = self._indexer.context(ns, retrieval.namespace, now=now)
-        with client.stage("query"):  # the engine's own step (`episodic`'s master) or, by default, the reader
-            return engine.answer(
-                ctx,
+        with client.stage("query"):
+            if type(engine).answer is not BaseEngine.answer:  # its own step: answered whole
+                ctx = self._indexer.context(ns, retrieval.namespace, now=now)
+                answer = engine.answer(
+                    ctx,
+                    client,
+                    question,
+                    retrieval,
+                    reader=self.reader,
+                    budget_tokens=budget_tokens,
+                    now=now,
+                    abstain=abstain,
+                )
+                yield answer.text
+                yield answer
+                return
+            yield from read_stream(
                 client,
                 question,
                 retrieval,
-                reader=self.reader,
-                budget_tokens=budget_tokens,
                 now=now,
                 abstain=abstain,
+                verify=self.settings.answer_verify,
+                evidence_tokens=EVIDENCE_TOKENS if budget_tokens is None else budget_tokens,
             )
 
     def get(self, turn_id: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> Turn:
