@@ -602,6 +602,8 @@ def test_page_shows_a_search_hits_in_headless_chromium(server: Server, tmp_path:
 
     ask = f"{server.url}/#key={token}&ask=Who%20feeds%20Miso%3F"
     asked = run_chromium(binary, tmp_path, "--dump-dom", ask, budget_ms=30000)
+    if "answering…" in asked.stdout:  # a loaded machine: the stream outlived the page's virtual time; once more
+        asked = run_chromium(binary, tmp_path, "--dump-dom", ask, budget_ms=60000)
     shown = asked.stdout[asked.stdout.find('id="status"') :][:600]
     assert 'class="answer-text"' in asked.stdout and "answered by fake:deterministic" in asked.stdout, shown
     assert "cites: " in asked.stdout  # the streamed answer, then the turns it cites

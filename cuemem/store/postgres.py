@@ -243,9 +243,11 @@ class PostgresStore(PgVectors):
         request goes through. Connections in steady use are not checked: a search makes ~10 reads, and a check
         before each doubled its round trips (benchmarks/load.py)."""
         deadline = time.monotonic() + self.timeout
+        probed = False
         while True:
-            if check:  # a connection was found broken: if the server refuses a new one, say so now, not at the deadline
+            if check and not probed:  # one was found broken: if the server refuses a new one, say so now
                 self._probe()
+                probed = True
             try:
                 try:
                     conn = self._pool.getconn(timeout=min(0.05, max(0.001, deadline - time.monotonic())))
@@ -266,6 +268,9 @@ class PostgresStore(PgVectors):
                 ConnectionPool.check_connection(conn)
             except psycopg.Error:
                 self._putconn(conn)  # broken: the pool closes it and opens a new one
+                if not check:  # the first broken one: its idle siblings were most likely cut off with it (a restart),
+                    with suppress(Exception):  # so every idle connection is checked now, in one pass, and the
+                        self._pool.check()  # broken ones replaced together rather than met one by one
                 check = True
                 continue
             return conn
