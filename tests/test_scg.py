@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import on_postgres, store_target
+from conftest import on_postgres, shipped_llm, store_target
 from fakes import FakeBackend, stable_hash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,7 +24,7 @@ from cuemem.engines.scg.assimilate import NEW_CONCEPT
 from cuemem.engines.scg.state import ScgConfig
 from cuemem.llm import LLMClient
 from cuemem.llm.base import Choice, LLMOutputError, Usage
-from cuemem.llm.local import LocalBackend, gguf_path
+from cuemem.llm.local import gguf_path
 from cuemem.types import Namespace
 
 no_store = pytest.mark.sqlite_only("no store involved")
@@ -398,7 +398,8 @@ def test_the_benchmark_reports_the_schema_and_the_hallucination_rates(tmp_path) 
 def test_model_mode_with_the_shipped_model_keeps_every_key_in_the_schema(tmp_path) -> None:
     """The real SmolLM2-135M: assimilation by constrained choice, accommodation by free JSON (validated), seeds by
     constrained choice. Whatever it proposes, no key outside the schema is stored or seeds a search."""
-    llm = LLMClient(LocalBackend(model="smollm2-135m"))  # no call cache: the model really runs
+    # the default runtime (llama.cpp) on the shipped GGUF; no call cache: the model really runs
+    llm = shipped_llm()
     target = store_target(tmp_path / "m.db")
     with Memory(target, engine="scg-llm", embedder=HashingEmbedder(), llm=llm, llm_cache="off") as memory:
         memory.add(TALK, user_id="u")
