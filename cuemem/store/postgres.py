@@ -18,6 +18,7 @@ reversibly escaped, so what is read back is exactly what was written.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import secrets
 import threading
@@ -42,6 +43,8 @@ from .postgres_schema import (
     encode_text,
 )
 from .postgres_vectors import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M, HNSW_THRESHOLD, PgVectors
+
+log = logging.getLogger(__name__)
 
 try:  # the optional extra `postgres`
     import psycopg
@@ -447,9 +450,19 @@ class PostgresStore(PgVectors):
         freed disk blocks, old WAL segments, replicas or backups are wiped: that is the operator's (README)."""
         if self.read_only:
             return
-        self._vacuum_full(TEXT_TABLES, self.timeout)
+        held = self._vacuum_full(TEXT_TABLES, self.timeout)
+        deadline = time.monotonic() + self.timeout
+        while held and time.monotonic() < deadline:
+            # a transaction older than the delete (another session's read, a scrub of another table running in the
+            # background) kept dead rows in the new file: once it ended, those tables are rewritten again
+            time.sleep(0.05)
+            held = self._vacuum_full(held, self.timeout)
         if self._scrubber is not None:
-            self._scrubber.done()
+            if held:
+                self._scrubber.schedule(held)  # still held at the deadline: the background scrub goes on trying
+                log.warning("cuemem: a checkpoint of %s left dead rows in %s (an old transaction)", self.path, held)
+            else:
+                self._scrubber.done()
 
     def _vacuum_full(self, tables: Iterable[str], lock_timeout: float) -> set[str]:
         """VACUUM FULL of `tables` (in TEXT_TABLES' order), then CHECKPOINT; returns the tables whose new file
