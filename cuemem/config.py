@@ -147,6 +147,10 @@ class Settings:
     # Seconds from an acknowledged delete until the store scrubs the deleted bytes from its files (SQLite: a WAL
     # checkpoint; PostgreSQL: VACUUM FULL of the tables that held them); None = the store's default (1 s / 30 s).
     scrub_after_s: float | None = None
+    # Index in a background thread: an add returns once its turns are durable in the log, and a worker embeds and
+    # indexes them (a search still sees every acknowledged turn: it catches up what the worker has not reached).
+    # Off for the library and the CLI (an add returns indexed); `cuemem serve` turns it on (--index-in-background).
+    index_in_background: bool = False
 
     def __post_init__(self) -> None:
         for name in ("embed_batch_size", "max_turn_bytes", "rrf_k", "k", "llm_concurrency", "answer_budget"):
@@ -217,6 +221,15 @@ def _coerce(annotation: Any, name: str, value: Any) -> Any:
     kind = str(annotation)
     if name == "db":
         return str(value) if is_dsn(str(value)) else Path(value).expanduser()
+    if kind.startswith("bool"):
+        if isinstance(value, bool):
+            return value
+        word = str(value).strip().lower()
+        if word in ("1", "true", "yes", "on"):
+            return True
+        if word in ("0", "false", "no", "off", ""):
+            return False
+        raise CuememError(f"setting {name}={value!r} is not a valid bool: use true or false")
     try:
         if kind.startswith("int"):
             return int(value)

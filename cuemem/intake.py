@@ -35,6 +35,8 @@ class Intake:
 
     def __init__(self, indexer: Indexer) -> None:
         self.indexer = indexer
+        # set by a Memory with index_in_background: called with the namespace instead of indexing inside add
+        self.defer: Callable[[Namespace], None] | None = None
 
     @property
     def store(self) -> Store:
@@ -68,6 +70,9 @@ class Intake:
         ns, appended = self.append(namespace, turns)
         result.added = [t.id for t in appended.added]
         result.skipped = appended.skipped
+        if self.defer is not None:  # acknowledged now, durable in the log; a background worker indexes it
+            self.defer(namespace)
+            return result
         try:
             self.indexer.sync(self.indexer.engine, ns, namespace, progress)
         except CuememError as exc:

@@ -20,11 +20,12 @@ from .config import Settings
 from .embed import make_embedder
 from .embed.base import Embedder
 from .engines import BaseEngine, Engine, EngineContext, as_engine, available_engines, get_engine
-from .errors import TurnNotFoundError
+from .errors import TurnNotFoundError, UnknownNamespaceError
 from .forgetting import Forgetting
 from .formats import ImportReport
 from .index.budget import pack
 from .indexer import INGEST_BATCH, MODEL_BATCH, Indexer
+from .indexing import BackgroundIndexer
 from .intake import AddResult, Ids, Intake, Message
 from .llm import LLMClient, make_client
 from .store import as_target, open_store
@@ -47,7 +48,7 @@ class Memory:
         path: str | Path | None = None,
         *,
         engine: str | Engine | None = None,
-        embedder: Embedder | None = None,
+        embedder: Embedder | str | None = None,
         llm: LLMClient | None = None,
         settings: Settings | None = None,
         read_only: bool = False,
@@ -62,6 +63,8 @@ class Memory:
         # the scrub after deletes (cuemem/store/scrub.py): the setting, else (None) the store's default
         store: Store = open_store(self.settings.db, read_only=read_only, scrub_after_s=self.settings.scrub_after_s)
         self.engine: BaseEngine = instance if instance is not None else get_engine(self.settings.engine)
+        if isinstance(embedder, str):  # a name, as the setting takes it ("minilm", "hashing", a folder)
+            self.settings.embedder, embedder = embedder, None
         self._embedder = embedder
         self._llm = llm
         # the batch sizes are read here, so that setting cuemem.memory.INGEST_BATCH sizes a new Memory's batches
@@ -71,6 +74,11 @@ class Memory:
         self.indexes = self._indexer.indexes  # in-memory lexical indexes and engines' query-side views
         self.tokens = self._indexer.tokens
         self._intake = Intake(self._indexer)
+        # index_in_background: adds are acknowledged once durable, a worker thread indexes (cuemem/indexing.py)
+        self.background: BackgroundIndexer | None = None
+        if self.settings.index_in_background and not read_only:
+            self.background = BackgroundIndexer(self._index_now, lambda ns: self._indexer.pending(None, ns))
+            self._intake.defer = self.background.submit
         self._transfer = Transfer(self._intake)
         self._forgetting = Forgetting(self._indexer)
 
@@ -85,7 +93,19 @@ class Memory:
         self._indexer.store = store
 
     def close(self) -> None:
+        """Stop the background indexer (after the namespace it is indexing; the rest stays in the log), then close
+        the store."""
+        if self.background is not None:
+            self.background.close()
         self.store.close()
+
+    def _index_now(self, namespace: Namespace) -> int:
+        """The background indexer's step: the memory's engine catches the namespace up (0 if it is gone)."""
+        try:
+            ns = self.store.namespace_id(namespace)
+        except UnknownNamespaceError:  # deleted since its add: nothing to index
+            return 0
+        return self._indexer.sync(self.engine, ns, namespace)
 
     def __enter__(self) -> Memory:
         return self

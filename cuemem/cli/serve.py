@@ -117,6 +117,14 @@ def serve(
     memory_per_key: Annotated[int, typer.Option(help="One key's of them, running or waiting (past it: 429).")] = 4,
     mcp: Annotated[bool, typer.Option("--mcp/--no-mcp", help="Serve MCP (streamable HTTP) at /mcp.")] = True,
     agent_policy: Annotated[str, typer.Option(help="The chat agent's tool choice: guided, model, rules.")] = "guided",
+    index_in_background: Annotated[
+        bool,
+        typer.Option(
+            "--index-in-background/--index-on-add",
+            help="Acknowledge an add once its turns are durable and index them in a background worker (default), or"
+            " index inside the add request. Either way a search sees every acknowledged turn.",
+        ),
+    ] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
     access_log: Annotated[
         bool,
@@ -148,7 +156,7 @@ def serve(
         memory_queue=memory_queue,
         memory_per_key=memory_per_key,
     )
-    memory = open_memory()
+    memory = open_memory(index_in_background=index_in_background)
     allowed = allow_engine or [e.strip() for e in memory.settings.allowed_engines.split(",") if e.strip()] or None
     application = create_app(
         memory,
@@ -167,6 +175,35 @@ def serve(
     finally:
         memory.close()
         ring.close()
+
+
+@app.command("worker")
+@handles_errors
+def worker(
+    once: Annotated[bool, typer.Option("--once", help="One pass over every namespace, then exit.")] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between passes.")] = 1.0,
+    engine: Annotated[str | None, typer.Option(help="The engine to index for (default: the setting).")] = None,
+) -> None:
+    """Index, in a process of its own, the turns adds left unindexed (servers run with --index-in-background, or a
+    change of embedder): every namespace is caught up, pass after pass. Safe beside servers and other workers."""
+    import time
+
+    from ..indexing import index_pending
+
+    memory = open_memory(existing=True)
+    say(f"cuemem worker indexing {display_target(memory.settings.db)} (engine {engine or memory.engine.name})", to=err)
+    try:
+        while True:
+            done = {ns: n for ns, n in index_pending(memory, engine).items() if n}
+            if done:
+                say(f"indexed {sum(done.values())} turns in {len(done)} namespaces", to=err)
+            if once:
+                break
+            time.sleep(max(0.05, interval))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        memory.close()
 
 
 @app.command("mcp")

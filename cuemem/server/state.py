@@ -194,6 +194,22 @@ class ServerState:
                 extra.append((name, "counter", text, {"stage": stage, **labels}, stats[column]))
         if self.agent_metrics is not None:
             extra.extend(_agent_series(self.agent_metrics.snapshot()))
+        background = self.memory.background
+        if background is not None:
+            health = background.health()
+            for name, kind, text, value in (
+                ("cuemem_index_backlog_turns", "gauge", "Acknowledged turns not indexed yet.", health.backlog_turns),
+                (
+                    "cuemem_index_queued_namespaces",
+                    "gauge",
+                    "Namespaces waiting for the indexer.",
+                    health.queued_namespaces,
+                ),
+                ("cuemem_indexed_turns_total", "counter", "Turns indexed in the background.", health.indexed_turns),
+                ("cuemem_index_failures_total", "counter", "Failed background indexing passes.", health.failures),
+                ("cuemem_index_worker_up", "gauge", "1 while the background indexer runs.", int(health.running)),
+            ):
+                extra.append((name, kind, text, {}, float(value)))
         extra.append(
             ("cuemem_uptime_seconds", "gauge", "Seconds since the server started.", {}, time.time() - self.started)
         )

@@ -47,12 +47,24 @@ async def healthz(request: Request) -> dict[str, Any]:
         await anyio.to_thread.run_sync(state.memory.store.epoch, 0, limiter=HEALTH_THREADS)
     except Exception as exc:  # the store is the one thing the server cannot go on without
         raise ApiError(503, "store_unavailable", f"the store does not answer: {exc}") from exc
-    return {
+    body: dict[str, Any] = {
         "status": "ok",
         "version": __version__,
         "engine": state.memory.engine.name,
         "uptime_s": round(time.time() - state.started, 1),
     }
+    background = state.memory.background
+    if background is not None:  # indexing off the request path: its backlog, and a stopped worker is not ready
+        health = await anyio.to_thread.run_sync(background.health, limiter=HEALTH_THREADS)
+        if health.problem:
+            raise ApiError(503, "indexer_stopped", health.problem)
+        body["indexing"] = {
+            "backlog_turns": health.backlog_turns,
+            "queued_namespaces": health.queued_namespaces,
+            "failures": health.failures,
+            "last_error": health.last_error,
+        }
+    return body
 
 
 @router.get("/metrics", tags=["server"], response_class=PlainTextResponse)

@@ -1,0 +1,177 @@
+"""Indexing off the request path (issue 36, item 3): an add is acknowledged once its turns are durable in the log;
+embedding and the engine's indexing run in a background worker, batched per namespace.
+
+Nothing is lost or hidden by deferring: the log is the source of truth, a search catches its namespace up before
+it reads (so it sees every acknowledged turn, paying only for the part the worker has not reached), and indexing
+is safe across threads and processes (`Indexer.sync`: one batch at a time under the store's write lock, watermark
+included). A worker that stops, or a namespace whose indexing keeps failing, is reported, never silent: see
+`BackgroundIndexer.health`, which the server's /healthz and /metrics read.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import UnknownNamespaceError
+from .types import Namespace
+
+if TYPE_CHECKING:
+    from .memory import Memory
+
+log = logging.getLogger(__name__)
+
+RETRY_SECONDS = 1.0  # a namespace whose indexing failed is tried again after this, doubling up to a minute
+MAX_RETRY_SECONDS = 60.0
+
+
+@dataclass
+class IndexerHealth:
+    """What the worker reports: is it running, how much is waiting, and what went wrong last."""
+
+    running: bool
+    queued_namespaces: int
+    backlog_turns: int
+    indexed_turns: int
+    failures: int
+    last_error: str
+
+    @property
+    def problem(self) -> str:
+        """Why the worker cannot be relied on ("" when it can): stopped, or failing on every try."""
+        if not self.running:
+            return f"the indexing worker stopped{': ' + self.last_error if self.last_error else ''}"
+        return ""
+
+
+class BackgroundIndexer:
+    """One thread that catches namespaces up after their adds, in the order they were submitted (a namespace
+    submitted again while it waits keeps its place: its later turns are indexed in the same pass)."""
+
+    def __init__(
+        self,
+        catch_up: Callable[[Namespace], int],
+        pending: Callable[[Namespace], int],
+        *,
+        name: str = "cuemem-indexer",
+    ) -> None:
+        self._catch_up = catch_up
+        self._pending = pending
+        self._queue: OrderedDict[Namespace, float] = OrderedDict()  # namespace -> not before (monotonic seconds)
+        self._backoff: dict[Namespace, float] = {}
+        self._busy: Namespace | None = None
+        self._cond = threading.Condition()
+        self._closed = False
+        self.indexed_turns = 0
+        self.failures = 0
+        self.last_error = ""
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ the request side
+    def submit(self, namespace: Namespace) -> None:
+        """Index the namespace's new turns soon (an add committed them to the log)."""
+        with self._cond:
+            if self._closed:
+                return
+            if namespace not in self._queue:
+                self._queue[namespace] = 0.0
+            self._cond.notify()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until nothing is queued or being indexed (True), or `timeout` seconds passed (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._queue or self._busy is not None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                if not self._thread.is_alive():
+                    return False
+                self._cond.wait(left if left is not None else 0.5)
+            return True
+
+    def health(self) -> IndexerHealth:
+        """The worker's state now; the backlog counts the turns not yet indexed in every namespace it holds."""
+        with self._cond:
+            waiting = list(self._queue) + ([self._busy] if self._busy is not None else [])
+        backlog = 0
+        for namespace in dict.fromkeys(waiting):
+            try:
+                backlog += self._pending(namespace)
+            except Exception:  # a namespace deleted meanwhile, a store briefly away: not part of the backlog
+                continue
+        return IndexerHealth(
+            running=self._thread.is_alive() and not self._closed,
+            queued_namespaces=len(waiting),
+            backlog_turns=backlog,
+            indexed_turns=self.indexed_turns,
+            failures=self.failures,
+            last_error=self.last_error,
+        )
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop after the namespace being indexed (what is left stays in the log: the next search or worker
+        indexes it)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    # ------------------------------------------------------------------ the worker
+    def _next(self) -> Namespace | None:
+        """The first namespace due, waiting for one; None once closed."""
+        with self._cond:
+            while not self._closed:
+                now = time.monotonic()
+                due = next((ns for ns, at in self._queue.items() if at <= now), None)
+                if due is not None:
+                    del self._queue[due]
+                    self._busy = due
+                    return due
+                soonest = min(self._queue.values(), default=None)
+                self._cond.wait(None if soonest is None else max(0.01, soonest - now))
+            return None
+
+    def _run(self) -> None:
+        try:
+            while (namespace := self._next()) is not None:
+                try:
+                    self.indexed_turns += self._catch_up(namespace)
+                    self._backoff.pop(namespace, None)
+                except Exception as exc:  # kept in the log: tried again later, and reported meanwhile
+                    self.failures += 1
+                    self.last_error = f"{type(exc).__name__}: {exc}"
+                    wait = min(MAX_RETRY_SECONDS, self._backoff.get(namespace, RETRY_SECONDS / 2) * 2)
+                    self._backoff[namespace] = wait
+                    log.warning("cuemem: indexing %s failed (retrying in %.0f s): %s", namespace, wait, exc)
+                    with self._cond:
+                        self._queue.setdefault(namespace, time.monotonic() + wait)
+                finally:
+                    with self._cond:
+                        self._busy = None
+                        self._cond.notify_all()
+        except BaseException as exc:  # the thread itself failed: say so in health(), never silently
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.error("cuemem: the indexing worker stopped: %s", self.last_error)
+            raise
+
+
+def index_pending(memory: Memory, engine: str | None = None) -> dict[Namespace, int]:
+    """One pass of `cuemem worker`: every namespace with turns its engine has not indexed is caught up; returns
+    the turns indexed per namespace (safe beside servers and other workers: `Indexer.sync` takes turns)."""
+    done: dict[Namespace, int] = {}
+    for namespace, _ in memory.namespaces():
+        user, agent, run = namespace.user_id, namespace.agent_id, namespace.run_id
+        try:
+            if memory.pending(user_id=user, agent_id=agent, run_id=run, engine=engine):
+                done[namespace] = memory.catch_up(user_id=user, agent_id=agent, run_id=run, engine=engine)
+        except UnknownNamespaceError:  # deleted since it was listed
+            continue
+    return done
