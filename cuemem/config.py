@@ -151,8 +151,14 @@ class Settings:
     # indexes them (a search still sees every acknowledged turn: it catches up what the worker has not reached).
     # Off for the library and the CLI (an add returns indexed); `cuemem serve` turns it on (--index-in-background).
     index_in_background: bool = False
+    # MB of in-process state (BM25 indexes, engines' query-side tables) a Memory keeps for the namespaces it
+    # serves: past it, the least recently used namespaces are dropped and loaded again on their next search. The
+    # namespace in use is always kept, whatever its size. 0 = unbounded.
+    cache_mb: int = 512
 
     def __post_init__(self) -> None:
+        if self.cache_mb < 0:
+            raise CuememError(f"setting cache_mb must be 0 (unbounded) or more, got {self.cache_mb}")
         for name in ("embed_batch_size", "max_turn_bytes", "rrf_k", "k", "llm_concurrency", "answer_budget"):
             if getattr(self, name) < 1:
                 raise CuememError(f"setting {name} must be >= 1, got {getattr(self, name)}")

@@ -53,7 +53,8 @@ class Indexer:
         self.embedder = embedder
         self.llm = llm
         self.batch, self.model_batch = batches
-        self.indexes = IndexCache()  # in-memory lexical indexes and engines' query-side views, per namespace
+        # in-memory lexical indexes and engines' query-side views, per namespace, within the setting cache_mb
+        self.indexes = IndexCache(max_bytes=settings.cache_mb << 20)
         self.tokens: TokenCounter = default_counter()
 
     def get(self, name: str | None) -> BaseEngine:

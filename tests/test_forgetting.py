@@ -345,10 +345,10 @@ def test_a_deleted_persons_name_leaves_the_structure_too(tmp_path: Path, engine:
         for hit in memory.search(question, user_id="alice", k=10).hits:
             assert name not in hit.detail["structure"]["people"] and name not in hit.detail["people"]
         ns = memory.store.namespace_id(Namespace("alice"))
-        tables = [v for (n, _), (_, v) in memory.indexes._views.items() if n == ns and hasattr(v, "by_form")]
+        tables = [v for (n, _), (_, v, _) in memory.indexes._views.items() if n == ns and hasattr(v, "by_form")]
         assert tables and all(name.lower() not in t.by_form and name not in t.people.people() for t in tables)
         # scg: the name was a concept of the schema and a vertex of the graph; the rebuilt view has neither
-        recalls = [v for (n, _), (_, v) in memory.indexes._views.items() if n == ns and hasattr(v, "graph")]
+        recalls = [v for (n, _), (_, v, _) in memory.indexes._views.items() if n == ns and hasattr(v, "graph")]
         assert (engine == "scg") == bool(recalls)
         assert all(name.lower() not in v.schema and name.lower() not in v.graph.index for v in recalls)
         assert_forgotten(memory, backend, tmp_path, name, "Who moved to Porto?")  # (the prompt must not name them)

@@ -1,5 +1,7 @@
-"""Indexing off the request path (issue 36, item 3): adds acknowledged once durable, a background worker indexes,
-a search still sees every acknowledged turn, and a worker that fails or stops is reported, never silent."""
+"""Servers that hold no corpus (issue 36). Indexing off the request path (item 3): adds acknowledged once durable,
+a background worker indexes, a search still sees every acknowledged turn, and a worker that fails or stops is
+reported, never silent. State per namespace, bounded (item 1): least recently used namespaces leave the cache and
+come back from the store, and searches of different namespaces never wait for each other."""
 
 from __future__ import annotations
 
@@ -157,3 +159,78 @@ def test_a_bad_boolean_setting_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("CUEMEM_INDEX_IN_BACKGROUND", "sometimes")
     with pytest.raises(CuememError, match="not a valid bool"):
         Settings.load()
+
+
+# --------------------------------------------------------------------------- state per namespace, bounded (item 1)
+def trip_for(user: int) -> list[dict[str, str]]:
+    return [
+        {"id": f"{t['id']}-{j}", "speaker": t["speaker"], "text": f"{t['text']} (note {j} of traveller {user})"}
+        for j in range(5)
+        for t in TRIP
+    ]
+
+
+def test_the_cache_keeps_its_bound_and_reloads_an_evicted_namespace(tmp_path: Path) -> None:
+    with open_memory(tmp_path / "m.db", "stitch") as memory:
+        for user in range(12):
+            memory.add(trip_for(user), user_id=f"u{user}")
+        memory.indexes.max_bytes = 0
+        first = [memory.search("Who feeds the cat Miso?", user_id=f"u{u}", k=5).turn_ids for u in range(12)]
+        one = memory.indexes.nbytes() / memory.indexes.namespaces()  # what one namespace holds, unbounded
+        assert one > 0 and memory.indexes.namespaces() == 12 and memory.indexes.evictions == 0
+        memory.indexes.max_bytes = int(3.5 * one)  # room for three namespaces
+        again = [memory.search("Who feeds the cat Miso?", user_id=f"u{u}", k=5).turn_ids for u in range(12)]
+        assert again == first  # an evicted namespace is loaded again from the store: the same results
+        assert memory.indexes.namespaces() <= 3 and memory.indexes.nbytes() <= memory.indexes.max_bytes
+        assert memory.indexes.evictions >= 9
+
+
+def test_the_namespace_in_use_is_kept_whatever_the_bound(tmp_path: Path) -> None:
+    with open_memory(tmp_path / "m.db", "hybrid", cache_mb=0) as memory:
+        memory.indexes.max_bytes = 1
+        memory.add(TRIP, user_id="a")
+        memory.add(TRIP, user_id="b")
+        assert memory.search("Who feeds the cat Miso?", user_id="a", k=1).turn_ids == ["d4"]
+        assert memory.search("Who feeds the cat Miso?", user_id="b", k=1).turn_ids == ["d4"]
+        assert memory.indexes.namespaces() == 1  # b's, in use; a's went
+
+
+def test_searches_of_different_namespaces_do_not_wait_for_each_other(tmp_path: Path) -> None:
+    with open_memory(tmp_path / "m.db", "stitch") as memory:
+        memory.add(TRIP, user_id="a")
+        memory.add(TRIP, user_id="b")
+        held = memory.indexes.lock_for(memory.store.namespace_id(Namespace("a")))
+        holding, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with held:
+                holding.set()
+                release.wait(30)
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        try:
+            assert holding.wait(10)
+            found: list[list[str]] = []
+            other = threading.Thread(target=lambda: found.append(memory.search("Miso?", user_id="b", k=1).turn_ids))
+            other.start()
+            other.join(20)
+            assert found == [["d4"]]  # b's search ran while a's lock was held
+        finally:
+            release.set()
+            thread.join()
+
+
+def test_a_view_is_measured_by_its_arrays_and_a_sample_of_its_items() -> None:
+    import numpy as np
+
+    from cuemem.index.live import approx_nbytes
+
+    assert approx_nbytes(np.zeros(1000, dtype=np.float32)) >= 4000
+    small, large = approx_nbytes(["word"] * 10), approx_nbytes(["word"] * 10_000)
+    assert 500 * small < large * 1.2 and large > 50_000  # a long list is estimated from a sample, scaled
+
+
+def test_a_negative_cache_bound_is_refused() -> None:
+    with pytest.raises(CuememError, match="cache_mb"):
+        Settings.load(cache_mb=-1)

@@ -30,7 +30,7 @@ def _readings(ctx: EngineContext, space: str, ids: Sequence[int]) -> dict[int, t
     """Each item's reading, cached for the namespace's current version (any write or delete drops the cache)."""
     store, ns = ctx.store, ctx.ns
     name = f"{space}:revisions"
-    with ctx.indexes.lock, store.snapshot():
+    with ctx.indexes.lock_for(ctx.ns), store.snapshot():
         version = (store.epoch(ns), store.last_seq(ns))
         cached = ctx.indexes.view(ns, name, version)
         cache: dict[int, tuple[Item, Statement]] = cached if isinstance(cached, dict) else {}

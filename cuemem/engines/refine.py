@@ -53,7 +53,7 @@ def turn_table(ctx: EngineContext, space: str) -> TurnTable:
     snapshot taken under the cache's lock (the lock order every reader keeps: cache lock, then store)."""
     store, ns = ctx.store, ctx.ns
     name = f"{space}:structure"
-    with ctx.indexes.lock, store.snapshot():
+    with ctx.indexes.lock_for(ctx.ns), store.snapshot():
         version = (store.epoch(ns), store.last_seq(ns))
         cached = ctx.indexes.view(ns, name, version)
         if isinstance(cached, TurnTable):

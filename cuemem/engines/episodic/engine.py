@@ -187,7 +187,7 @@ class EpisodicEngine(BaseEngine):
         """Windows, summaries and their indexes of one moment, cached until the next write or delete."""
         store, ns = ctx.store, ctx.ns
         name = f"{self.name}:episodes"
-        with ctx.indexes.lock, store.snapshot():
+        with ctx.indexes.lock_for(ctx.ns), store.snapshot():
             version = (store.epoch(ns), store.watermark(ns, f"{self.name}@{ctx.embedder.name}"), ctx.embedder.name)
             cached = ctx.indexes.view(ns, name, version)
             if isinstance(cached, Episodes):

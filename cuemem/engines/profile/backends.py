@@ -94,7 +94,7 @@ class StoreRecords:
         """The current record versions with their unit vectors, cached until the next write or delete."""
         store, ns = ctx.store, ctx.ns
         name = f"{self.space}:current"
-        with ctx.indexes.lock, store.snapshot():
+        with ctx.indexes.lock_for(ctx.ns), store.snapshot():
             version = (store.epoch(ns), store.last_seq(ns), ctx.embedder.name)
             cached = ctx.indexes.view(ns, name, version)
             if isinstance(cached, tuple):

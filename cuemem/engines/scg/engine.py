@@ -214,7 +214,7 @@ class ScgEngine(BaseEngine):
         """The schema, graph and transition matrix of one moment, cached until the next write or delete."""
         store, ns = ctx.store, ctx.ns
         name = f"{self.name}:recall"
-        with ctx.indexes.lock, store.snapshot():
+        with ctx.indexes.lock_for(ctx.ns), store.snapshot():
             state = self.state(ctx)
             version = (store.epoch(ns), state.turns, state.concepts, ctx.embedder.name)
             cached = ctx.indexes.view(ns, name, version)

@@ -257,7 +257,7 @@ class StitchEngine(BaseEngine):
         store, ns = ctx.store, ctx.ns
         version = (store.epoch(ns), state.steps, state.segments)
         name = f"{self.name}:steps"
-        with ctx.indexes.lock:
+        with ctx.indexes.lock_for(ctx.ns):
             cached = ctx.indexes.view(ns, name, version)
             if isinstance(cached, StepTable):
                 return cached
@@ -282,7 +282,7 @@ class StitchEngine(BaseEngine):
         cfg = self.config
         # the state, the epoch and the labels of one moment (a table never goes stale), read under the index
         # cache's lock: every reader takes that lock before the store's, never the other way round
-        with ctx.indexes.lock, ctx.store.snapshot():
+        with ctx.indexes.lock_for(ctx.ns), ctx.store.snapshot():
             state = self.state(ctx)
             table = self.step_table(ctx, state)
         n = len(table.ids)
