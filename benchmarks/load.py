@@ -100,6 +100,7 @@ def start_server(db: str, port: int, keys: Path, args: argparse.Namespace, log: 
         "--log-level",
         "warning",
         "--no-mcp",
+        "--index-on-add" if args.index_on_add else "--index-in-background",
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     process = subprocess.Popen(
@@ -487,6 +488,9 @@ def main() -> int:
     parser.add_argument("--embedder", default=None, help="default: the configured embedder (embeddinggemma)")
     parser.add_argument("--kill-after", type=float, default=20.0, help="seconds of load before the kill -9")
     parser.add_argument("--skip-kill", action="store_true")
+    parser.add_argument(
+        "--index-on-add", action="store_true", help="servers index inside each add (default: in the background)"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.servers < 1 or args.clients < 1:
@@ -504,6 +508,7 @@ def main() -> int:
     result: dict[str, Any] = {
         "engine": args.engine or "default",
         "embedder": args.embedder or "default",
+        "indexing": "on add" if args.index_on_add else "background",
         "store": kind,
         "servers": args.servers,
         "cpus": len(os.sched_getaffinity(0)),

@@ -16,13 +16,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from .errors import UnknownNamespaceError
 from .types import Namespace
-
-if TYPE_CHECKING:
-    from .memory import Memory
 
 log = logging.getLogger(__name__)
 
@@ -161,17 +156,3 @@ class BackgroundIndexer:
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.error("cuemem: the indexing worker stopped: %s", self.last_error)
             raise
-
-
-def index_pending(memory: Memory, engine: str | None = None) -> dict[Namespace, int]:
-    """One pass of `cuemem worker`: every namespace with turns its engine has not indexed is caught up; returns
-    the turns indexed per namespace (safe beside servers and other workers: `Indexer.sync` takes turns)."""
-    done: dict[Namespace, int] = {}
-    for namespace, _ in memory.namespaces():
-        user, agent, run = namespace.user_id, namespace.agent_id, namespace.run_id
-        try:
-            if memory.pending(user_id=user, agent_id=agent, run_id=run, engine=engine):
-                done[namespace] = memory.catch_up(user_id=user, agent_id=agent, run_id=run, engine=engine)
-        except UnknownNamespaceError:  # deleted since it was listed
-            continue
-    return done

@@ -402,6 +402,20 @@ class Memory:
         namespace = Namespace(user_id, agent_id, run_id)
         return self._indexer.sync(self._engine(engine), self.store.namespace_id(namespace), namespace, progress)
 
+    def index_pending(self, engine: str | None = None) -> dict[Namespace, int]:
+        """Catch up every namespace with turns the engine (default: the memory's) has not indexed; the turns indexed
+        per namespace (`cuemem worker`'s pass; safe beside servers and other workers: `Indexer.sync` takes turns)."""
+        done: dict[Namespace, int] = {}
+        for namespace, _ in self.namespaces():
+            try:
+                if self._indexer.pending(engine, namespace):
+                    done[namespace] = self._indexer.sync(
+                        self._engine(engine), self.store.namespace_id(namespace), namespace
+                    )
+            except UnknownNamespaceError:  # deleted since it was listed
+                continue
+        return done
+
     def reindex(
         self,
         *,

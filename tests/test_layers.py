@@ -16,7 +16,10 @@ LAYERS: list[tuple[int, list[str]]] = [
     (1, ["cuemem.store", "cuemem.store.*", "cuemem.models", "cuemem.models.*"]),
     (2, ["cuemem.index", "cuemem.index.*", "cuemem.llm", "cuemem.llm.*", "cuemem.embed", "cuemem.embed.*"]),
     (3, ["cuemem.engines", "cuemem.engines.*", "cuemem.answer"]),
-    (4, ["cuemem.memory", "cuemem.indexer", "cuemem.intake", "cuemem.transfer", "cuemem.forgetting"]),
+    (
+        4,
+        ["cuemem.memory", "cuemem.indexer", "cuemem.indexing", "cuemem.intake", "cuemem.transfer", "cuemem.forgetting"],
+    ),
     (5, ["cuemem.agent", "cuemem.agent.*", "cuemem.integrations", "cuemem.integrations.*", "cuemem.migrate"]),
     (
         6,

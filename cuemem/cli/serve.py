@@ -188,13 +188,11 @@ def worker(
     change of embedder): every namespace is caught up, pass after pass. Safe beside servers and other workers."""
     import time
 
-    from ..indexing import index_pending
-
     memory = open_memory(existing=True)
     say(f"cuemem worker indexing {display_target(memory.settings.db)} (engine {engine or memory.engine.name})", to=err)
     try:
         while True:
-            done = {ns: n for ns, n in index_pending(memory, engine).items() if n}
+            done = {ns: n for ns, n in memory.index_pending(engine).items() if n}
             if done:
                 say(f"indexed {sum(done.values())} turns in {len(done)} namespaces", to=err)
             if once:
