@@ -17,6 +17,10 @@ on the same store; with several, the others keep serving, the dead server's clie
 the request that failed), and the dead server is started again at the end. Every write acknowledged by any
 server must be readable through every server, the restarted one included.
 
+A 429 or 503 `busy` (a server's lane is full, issue 33: after a kill the survivors take every client) is retried
+after its Retry-After, as a client should, and counted (`busy_refusals_retried`); latency includes those waits.
+Any other 5xx is a failure. `--index-on-add` makes the servers index inside each add (default: in the background).
+
 Bounded and loopback only: the servers listen on 127.0.0.1, the clients stop after their quota. The rate limit is
 off (`--rate 0`): this measures the server, not the limiter.
 
@@ -225,6 +229,7 @@ class Client(threading.Thread):
         self.own_missing: list[str] = []  # acknowledged turns a GET by id did not find
         self.moves = 0
         self.after_kill = 0  # responses received after the kill
+        self.busy = 0  # refusals of a full lane (429/503 "busy", with Retry-After), each retried as a client would
         self._http: dict[int, httpx.Client] = {}
 
     def http(self, i: int) -> httpx.Client:
@@ -282,6 +287,12 @@ class Client(threading.Thread):
             start = time.perf_counter()
             try:
                 response = request(self.http(self.server))
+                for _ in range(BUSY_RETRIES):  # a full lane refuses at once and says when to come back
+                    if response.status_code not in (429, 503) or _error_kind(response) != "busy":
+                        break
+                    self.busy += 1
+                    time.sleep(min(1.0, float(response.headers.get("retry-after") or 1)) * random.uniform(0.2, 1.0))
+                    response = request(self.http(self.server))
             except httpx.HTTPError as exc:  # the server went away or a timeout: not acknowledged
                 self.failures.append(f"{kind} on {self.fleet.urls[self.server]}: {type(exc).__name__}")
                 if not self.fleet.is_dead(self.server):
@@ -300,6 +311,17 @@ class Client(threading.Thread):
                 self.after_kill += 1
             return response
         return None
+
+
+BUSY_RETRIES = 30
+
+
+def _error_kind(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    return str(body.get("error", "")) if isinstance(body, dict) else ""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -423,6 +445,7 @@ def run_phase(root: Path, db: str, args: argparse.Namespace, kill_after: float |
         "server_errors_5xx": sum(n for code, n in status.items() if code.startswith("5")),
         "connection_failures": sum(len(c.failures) for c in clients),
         "connection_failures_on_live_servers": sum(c.live_failures for c in clients),
+        "busy_refusals_retried": sum(c.busy for c in clients),
         "acknowledged_writes": sum(len(v) for v in acked.values()),
         "acknowledged_lost": len(lost),
         "unreadable_by_server": {url: sum(map(len, m.values())) for url, m in unread.items()},
