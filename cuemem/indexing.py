@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .types import Namespace
@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 1.0  # a namespace whose indexing failed is tried again after this, doubling up to a minute
 MAX_RETRY_SECONDS = 60.0
+FAILING = 5  # a namespace that failed this many passes in a row makes the worker unhealthy (/healthz: 503)
 
 
 @dataclass
@@ -35,12 +36,15 @@ class IndexerHealth:
     indexed_turns: int
     failures: int
     last_error: str
+    failing_namespaces: int = 0  # namespaces whose last FAILING passes all failed
 
     @property
     def problem(self) -> str:
         """Why the worker cannot be relied on ("" when it can): stopped, or failing on every try."""
         if not self.running:
             return f"the indexing worker stopped{': ' + self.last_error if self.last_error else ''}"
+        if self.failing_namespaces:
+            return f"indexing keeps failing for {self.failing_namespaces} namespaces: {self.last_error}"
         return ""
 
 
@@ -53,10 +57,17 @@ class BackgroundIndexer:
         catch_up: Callable[[Namespace], int],
         pending: Callable[[Namespace], int],
         *,
+        backlog: Callable[[], Iterable[Namespace]] | None = None,
         name: str = "cuemem-indexer",
     ) -> None:
+        """`catch_up` indexes a namespace, `pending` counts what it has not indexed; `backlog`, the namespaces that
+        may hold unindexed turns when the worker starts (acknowledged by a process that stopped before indexing
+        them): the worker queues those with pending turns first."""
         self._catch_up = catch_up
         self._pending = pending
+        self._backlog = backlog
+        self._scanning = backlog is not None  # the start's scan for unindexed turns is not over
+        self._streak: dict[Namespace, int] = {}
         self._queue: OrderedDict[Namespace, float] = OrderedDict()  # namespace -> not before (monotonic seconds)
         self._backoff: dict[Namespace, float] = {}
         self._busy: Namespace | None = None
@@ -72,7 +83,8 @@ class BackgroundIndexer:
     def submit(self, namespace: Namespace) -> None:
         """Index the namespace's new turns soon (an add committed them to the log)."""
         with self._cond:
-            if self._closed:
+            if self._closed:  # closing: the turns stay in the log, for the next search or worker
+                log.debug("cuemem: %s submitted after the indexer closed", namespace)
                 return
             if namespace not in self._queue:
                 self._queue[namespace] = 0.0
@@ -82,7 +94,7 @@ class BackgroundIndexer:
         """Block until nothing is queued or being indexed (True), or `timeout` seconds passed (False)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._queue or self._busy is not None:
+            while self._queue or self._busy is not None or self._scanning:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
@@ -108,11 +120,13 @@ class BackgroundIndexer:
             indexed_turns=self.indexed_turns,
             failures=self.failures,
             last_error=self.last_error,
+            failing_namespaces=sum(1 for n in list(self._streak.values()) if n >= FAILING),
         )
 
     def close(self, timeout: float = 30.0) -> None:
-        """Stop after the namespace being indexed (what is left stays in the log: the next search or worker
-        indexes it)."""
+        """Stop taking namespaces and wait up to `timeout` seconds for the pass in progress (what is left stays in
+        the log: the next search or worker indexes it). A pass still running then goes on until its batch ends;
+        if the store closes under it, it fails and is logged, and nothing acknowledged is lost."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -134,14 +148,42 @@ class BackgroundIndexer:
                 self._cond.wait(None if soonest is None else max(0.01, soonest - now))
             return None
 
+    def _queue_backlog(self) -> None:
+        """Queue the namespaces that hold unindexed turns at start (a server restarted after a crash)."""
+        if self._backlog is None:
+            return
+        try:
+            self._scan(self._backlog)
+        finally:
+            with self._cond:
+                self._scanning = False
+                self._cond.notify_all()
+
+    def _scan(self, backlog: Callable[[], Iterable[Namespace]]) -> None:
+        try:
+            for namespace in backlog():
+                if self._closed:
+                    return
+                try:
+                    if self._pending(namespace):
+                        self.submit(namespace)
+                except Exception:  # deleted meanwhile, or unreadable now: its next add or search catches it up
+                    continue
+        except Exception as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.warning("cuemem: the indexer could not list the namespaces to catch up: %s", exc)
+
     def _run(self) -> None:
         try:
+            self._queue_backlog()
             while (namespace := self._next()) is not None:
                 try:
                     self.indexed_turns += self._catch_up(namespace)
                     self._backoff.pop(namespace, None)
+                    self._streak.pop(namespace, None)
                 except Exception as exc:  # kept in the log: tried again later, and reported meanwhile
                     self.failures += 1
+                    self._streak[namespace] = self._streak.get(namespace, 0) + 1
                     self.last_error = f"{type(exc).__name__}: {exc}"
                     wait = min(MAX_RETRY_SECONDS, self._backoff.get(namespace, RETRY_SECONDS / 2) * 2)
                     self._backoff[namespace] = wait

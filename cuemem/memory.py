@@ -8,6 +8,7 @@ then the engine), transfer (export, import, files) and forgetting (deletes, rein
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
@@ -20,7 +21,7 @@ from .config import Settings
 from .embed import make_embedder
 from .embed.base import Embedder
 from .engines import BaseEngine, Engine, EngineContext, as_engine, available_engines, get_engine
-from .errors import TurnNotFoundError, UnknownNamespaceError
+from .errors import CuememError, TurnNotFoundError, UnknownNamespaceError
 from .forgetting import Forgetting
 from .formats import ImportReport
 from .index.budget import pack
@@ -32,6 +33,8 @@ from .store import as_target, open_store
 from .store.base import Store
 from .transfer import ProgressFactory, Transfer
 from .types import Answer, Namespace, Retrieval, Turn
+
+log = logging.getLogger(__name__)
 
 __all__ = ["INGEST_BATCH", "MODEL_BATCH", "AddResult", "ImportReport", "Memory", "Message", "ProgressFactory"]
 
@@ -77,7 +80,11 @@ class Memory:
         # index_in_background: adds are acknowledged once durable, a worker thread indexes (cuemem/indexing.py)
         self.background: BackgroundIndexer | None = None
         if self.settings.index_in_background and not read_only:
-            self.background = BackgroundIndexer(self._index_now, lambda ns: self._indexer.pending(None, ns))
+            self.background = BackgroundIndexer(
+                self._index_now,
+                lambda ns: self._indexer.pending(None, ns),
+                backlog=lambda: [namespace for namespace, _ in self.store.namespaces()],
+            )
             self._intake.defer = self.background.submit
         self._transfer = Transfer(self._intake)
         self._forgetting = Forgetting(self._indexer)
@@ -414,6 +421,9 @@ class Memory:
                     )
             except UnknownNamespaceError:  # deleted since it was listed
                 continue
+            except CuememError as exc:  # one namespace failing (a model, a store hiccup) does not stop the others
+                log.warning("cuemem: indexing %s failed: %s", namespace, exc)
+                done[namespace] = 0
         return done
 
     def reindex(

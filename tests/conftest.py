@@ -77,6 +77,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             and isinstance(engine, str)
             and is_ablation(engine)
             and item.get_closest_marker("every_engine_on_postgres") is None
+            and item.get_closest_marker("postgres_only") is None  # PostgreSQL's own form of a test: kept whole
         ):
             dropped.append(item)
         else:

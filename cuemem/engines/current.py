@@ -40,6 +40,7 @@ def _readings(ctx: EngineContext, space: str, ids: Sequence[int]) -> dict[int, t
         if missing:
             for i, item in store.get_items(ns, missing).items():
                 cache[i] = (item, read_statement(item.text))
+            ctx.indexes.remeasure(ns)  # the view grew in place: the cache's bound counts it
         return {i: cache[i] for i in ids if i in cache}
 
 

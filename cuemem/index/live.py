@@ -91,9 +91,10 @@ class IndexCache:
             key = (ns, space, analyzer)
             with self._guard:
                 entry = self._entries.get(key)
+                fresh = entry is None or entry.epoch != epoch
                 if entry is None or entry.epoch != epoch:
                     entry = self._entries[key] = _Entry(epoch, BM25Index(analyzer=ANALYZERS[analyzer]))
-            grown = False
+            grown = fresh
             for item_id, text in store.items_after(ns, space, entry.after):
                 entry.index.add(item_id, text)
                 entry.after = item_id
@@ -118,9 +119,15 @@ class IndexCache:
         self._account(ns, remeasure=True)
 
     def drop(self, ns: int) -> None:
-        """Forget everything cached for a namespace (after it was deleted)."""
-        with self._guard:
+        """Forget everything cached for a namespace (after it was deleted). Under the namespace's lock: a search
+        that began before the delete, from a snapshot that still held the deleted turns, finishes first, so what
+        it built is dropped too and never outlives the delete."""
+        with self.lock_for(ns), self._guard:
             self._drop(ns)
+
+    def remeasure(self, ns: int) -> None:
+        """Count again what a namespace holds (an engine grew a view it keeps in place)."""
+        self._account(ns, remeasure=True)
 
     def nbytes(self) -> int:
         """About how much memory the cached indexes and views hold."""

@@ -75,9 +75,8 @@ _JSON_RULES = {
 
 def schema_grammar(schema: dict[str, Any]) -> str:
     """A GBNF grammar accepting the JSON documents of `schema` (objects with their properties in order, enums,
-    strings, numbers, integers, booleans, arrays of these; pydantic's `$ref`s followed). Strings are unbounded
-    in the grammar (a bounded repetition compiles into one rule per repeat, slowing every token): `max_tokens`
-    bounds them."""
+    strings, numbers, integers, booleans, arrays of these; pydantic's `$ref`s followed). A string with a
+    `maxLength` is bounded in the grammar; others are unbounded there (`max_tokens` bounds them)."""
     definitions = schema.get("$defs") or schema.get("definitions") or {}
     rules: dict[str, str] = {}
 

@@ -70,7 +70,8 @@ async def healthz(request: Request) -> dict[str, Any]:
 @router.get("/metrics", tags=["server"], response_class=PlainTextResponse)
 async def metrics(request: Request) -> PlainTextResponse:
     """Prometheus text: requests, latency histograms, errors, model calls, chat agent turns."""
-    return PlainTextResponse(_state(request).scrape(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    text = await anyio.to_thread.run_sync(_state(request).scrape, limiter=HEALTH_THREADS)  # it may read the store
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 @router.get("/", tags=["page"], response_class=HTMLResponse, include_in_schema=False)
