@@ -169,6 +169,10 @@ class Indexer:
                 if batch:
                     engine.ingest(ctx, batch)
                     self.store.set_watermark(ns, key, max(t.seq or 0 for t in batch))
+                if prepares and {t.id for t in ahead} - {t.id for t in batch}:
+                    # turns embedded ahead were deleted meanwhile: their vectors may have entered the embedding
+                    # cache after the delete purged it; nothing of a deleted turn stays (promise 2)
+                    self.store.drop_unused_embeddings(ns)
             if not batch:
                 return done
             done += len(batch)

@@ -289,3 +289,33 @@ def test_a_delete_waits_for_a_search_building_from_before_it(tmp_path: Path) -> 
             memory.indexes.keep_view(ns, "built-from-before", 1, {"text": "deleted"})
         thread.join(10)
         assert dropped.is_set() and memory.indexes.view(ns, "built-from-before", 1) is None  # ... and then drops it
+
+
+def test_a_turn_deleted_while_it_was_embedded_ahead_leaves_no_cached_vector(tmp_path: Path) -> None:
+    """Indexing embeds a batch ahead, outside the write lock; a delete of one of those turns can commit in between
+    and purge the embedding cache before the vectors are written to it. The indexer then finds the turn gone from
+    its locked read and purges again, so no vector of the deleted text stays (background indexing makes this
+    window routine: adds return before indexing)."""
+    import sqlite3
+
+    with open_memory(tmp_path / "m.db", "hybrid") as memory:
+        engine = memory.engine
+        prepare = engine.prepare
+        deleted: list[str] = []
+
+        def delete_while_embedding(ctx: Any, turns: Any) -> None:
+            if not deleted:  # the batch was read; a delete commits (and purges the cache) while it is embedded ...
+                deleted.append("d3")
+                memory.delete("d3", user_id=USER)
+            prepare(ctx, turns)  # ... and then the read batch's vectors enter the cache, d3's included
+
+        engine.prepare = delete_while_embedding  # type: ignore[method-assign]
+        memory._indexer.batch = 100
+        memory.add(TRIP, user_id=USER)
+        assert deleted == ["d3"] and "d3" not in memory.search("Lena shellfish", user_id=USER, k=5).turn_ids
+    with sqlite3.connect(tmp_path / "m.db") as db:
+        unused = db.execute(
+            "SELECT COUNT(*) FROM embed_cache e WHERE NOT EXISTS"
+            " (SELECT 1 FROM vectors v WHERE v.ns = e.ns AND v.text_hash = e.text_hash)"
+        ).fetchone()[0]
+    assert unused == 0

@@ -89,6 +89,14 @@ class SQLState(SQLDialect):
                 [(ns, h, model, np.asarray(v, dtype=np.float32).tobytes()) for h, v in rows],
             )
 
+    def drop_unused_embeddings(self, ns: int) -> None:
+        """Forget the namespace's cached embeddings that no vector uses (as a delete does): the indexer calls it
+        when turns it embedded ahead, outside the write lock, were deleted before it could index them."""
+        if self.read_only:
+            return
+        with self._write() as c:
+            self._drop_unused_embeddings(c, ns)
+
     def cached_embeddings(self, ns: int, model: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for test, params in self._in(set(hashes)):
