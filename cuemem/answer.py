@@ -14,7 +14,7 @@ shown, so a citation can never name a turn it did not see. When the excerpts do 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 
 from .index.dates import format_day
@@ -246,21 +246,29 @@ def read(
     when the excerpts do not say (a benchmark passes its own, e.g. LoCoMo's "Not mentioned in the
     conversation."); `notes` are lines shown after the excerpts (E-mem's master: the assistants' findings);
     `evidence_tokens` bounds the excerpts, counted by `count`."""
-    *_, last = read_stream(
-        client,
-        question,
-        retrieval,
-        max_tokens=max_tokens,
-        cite=cite,
-        margin=margin,
-        now=now,
-        abstain=abstain,
-        notes=notes,
-        evidence_tokens=evidence_tokens,
-        count=count,
-        verify=verify,
+    return final(
+        read_stream(
+            client,
+            question,
+            retrieval,
+            max_tokens=max_tokens,
+            cite=cite,
+            margin=margin,
+            now=now,
+            abstain=abstain,
+            notes=notes,
+            evidence_tokens=evidence_tokens,
+            count=count,
+            verify=verify,
+        )
     )
-    assert isinstance(last, Answer)
+
+
+def final(stream: Iterable[str | Answer]) -> Answer:
+    """The `Answer` a streamed answer ends with (its pieces of text consumed on the way)."""
+    *_, last = stream
+    if not isinstance(last, Answer):
+        raise TypeError(f"an answer stream ended with {type(last).__name__}, not an Answer")
     return last
 
 

@@ -90,6 +90,13 @@ class BackgroundIndexer:
                 self._queue[namespace] = 0.0
             self._cond.notify()
 
+    def forget(self, namespace: Namespace) -> None:
+        """A delete in the namespace: drop its retry state (a queued pass stays: after a delete of some of its
+        turns the rest may still need indexing; after a delete of all, the pass finds nothing and ends)."""
+        with self._cond:
+            self._backoff.pop(namespace, None)
+            self._streak.pop(namespace, None)
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until nothing is queued or being indexed (True), or `timeout` seconds passed (False)."""
         deadline = None if timeout is None else time.monotonic() + timeout

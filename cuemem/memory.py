@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from .answer import ABSTAIN, EVIDENCE_TOKENS, read, read_stream
+from .answer import ABSTAIN, EVIDENCE_TOKENS, final, read, read_stream
 from .config import Settings
 from .embed import make_embedder
 from .embed.base import Embedder
@@ -77,6 +77,8 @@ class Memory:
         self.indexes = self._indexer.indexes  # in-memory lexical indexes and engines' query-side views
         self.tokens = self._indexer.tokens
         self._intake = Intake(self._indexer)
+        self._transfer = Transfer(self._intake)
+        self._forgetting = Forgetting(self._indexer)
         # index_in_background: adds are acknowledged once durable, a worker thread indexes (cuemem/indexing.py)
         self.background: BackgroundIndexer | None = None
         if self.settings.index_in_background and not read_only:
@@ -86,8 +88,7 @@ class Memory:
                 backlog=lambda: [namespace for namespace, _ in self.store.namespaces()],
             )
             self._intake.defer = self.background.submit
-        self._transfer = Transfer(self._intake)
-        self._forgetting = Forgetting(self._indexer)
+            self.on_forget(self.background.forget)  # a delete clears the namespace's retry state
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -100,7 +101,7 @@ class Memory:
         self._indexer.store = store
 
     def close(self) -> None:
-        """Stop the background indexer (after the namespace it is indexing; the rest stays in the log), then close
+        """Stop the background indexer (waiting a while for its pass in progress; the rest stays in the log), then close
         the store."""
         if self.background is not None:
             self.background.close()
@@ -207,19 +208,19 @@ class Memory:
         answer; the answer cites only turn ids that were in its context. Model calls count as stage "query".
         `now`, the date the question is asked, is given to the model for questions relative to it; `abstain` is
         the reply the model is told to give when its excerpts do not say (the reader's default otherwise)."""
-        *_, last = self.answer_stream(
-            question,
-            user_id=user_id,
-            agent_id=agent_id,
-            run_id=run_id,
-            k=k,
-            budget_tokens=budget_tokens,
-            engine=engine,
-            now=now,
-            abstain=abstain,
+        return final(
+            self.answer_stream(
+                question,
+                user_id=user_id,
+                agent_id=agent_id,
+                run_id=run_id,
+                k=k,
+                budget_tokens=budget_tokens,
+                engine=engine,
+                now=now,
+                abstain=abstain,
+            )
         )
-        assert isinstance(last, Answer)
-        return last
 
     @property
     def reader(self) -> Callable[..., Answer]:
@@ -281,9 +282,7 @@ class Memory:
     ) -> Answer:
         """Answer from a retrieval already made (its hits packed into `budget_tokens`): through the engine's own
         answering step where it has one (`episodic`'s master), else the reader. Model calls count as "query"."""
-        *_, last = self.read_stream(question, retrieval, budget_tokens=budget_tokens, now=now, abstain=abstain)
-        assert isinstance(last, Answer)
-        return last
+        return final(self.read_stream(question, retrieval, budget_tokens=budget_tokens, now=now, abstain=abstain))
 
     def read_stream(
         self,
@@ -414,11 +413,10 @@ class Memory:
         per namespace (`cuemem worker`'s pass; safe beside servers and other workers: `Indexer.sync` takes turns)."""
         done: dict[Namespace, int] = {}
         for namespace, _ in self.namespaces():
-            try:
-                if self._indexer.pending(engine, namespace):
-                    done[namespace] = self._indexer.sync(
-                        self._engine(engine), self.store.namespace_id(namespace), namespace
-                    )
+            try:  # a namespace caught up costs one read: sync compares its watermark with the log first
+                done[namespace] = self._indexer.sync(
+                    self._engine(engine), self.store.namespace_id(namespace), namespace
+                )
             except UnknownNamespaceError:  # deleted since it was listed
                 continue
             except CuememError as exc:  # one namespace failing (a model, a store hiccup) does not stop the others

@@ -130,6 +130,8 @@ def test_a_namespace_that_keeps_failing_makes_the_worker_unhealthy(
         health = memory.background.health()
         assert health.running and health.failing_namespaces == 1
         assert "keeps failing" in health.problem and "disk full" in health.problem
+        memory.delete_all(user_id=USER)  # deleted: its failures are not held against the worker any more
+        assert memory.background.health().failing_namespaces == 0
 
 
 def test_a_namespace_deleted_before_its_pass_is_no_failure(tmp_path: Path) -> None:
@@ -319,3 +321,12 @@ def test_a_turn_deleted_while_it_was_embedded_ahead_leaves_no_cached_vector(tmp_
             " (SELECT 1 FROM vectors v WHERE v.ns = e.ns AND v.text_hash = e.text_hash)"
         ).fetchone()[0]
     assert unused == 0
+
+
+def test_an_embedder_may_be_named_and_an_answer_stream_must_end_with_an_answer(tmp_path: Path) -> None:
+    from cuemem.answer import final
+
+    with Memory(tmp_path / "m.db", engine="bm25", embedder="hashing") as memory:
+        assert memory.settings.embedder == "hashing" and memory.embedder.name == HashingEmbedder().name
+    with pytest.raises(TypeError, match="not an Answer"):
+        final(iter(["some", "text"]))

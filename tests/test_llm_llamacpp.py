@@ -7,7 +7,7 @@ import os
 
 import pytest
 from fakes import fake_llm
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from cuemem import Memory
 from cuemem.embed import HashingEmbedder
@@ -37,6 +37,11 @@ def test_a_json_schema_becomes_a_grammar_of_its_documents():
     assert any(line.startswith("root ::= {") or line.startswith('root ::= "{"') for line in grammar.splitlines())
     assert '"\\"key\\"" ws ":" ws string' in grammar and '"\\"value\\"" | "\\"goal\\""' in grammar
     assert "integer ::=" in grammar and '"["' in grammar
+
+    class Short(BaseModel):
+        name: str = Field(..., max_length=12)
+
+    assert 'char{0,12} "\\""' in schema_grammar(Short.model_json_schema())  # a bounded string stays bounded
 
 
 def test_a_missing_library_is_a_clear_unavailable_error(monkeypatch):
