@@ -164,7 +164,7 @@ class Indexer:
                     return done
                 engine.prepare(ctx, ahead)
             # model calls made while indexing count as "ingest", whether turns arrive by add or are caught up
-            with self.store.transaction(), self.llm().stage("ingest") if uses_llm else nullcontext():
+            with self.store.transaction(ns), self.llm().stage("ingest") if uses_llm else nullcontext():
                 batch = list(self.store.iter_turns(ns, after_seq=self.store.watermark(ns, key), limit=size))
                 if batch:
                     engine.ingest(ctx, batch)

@@ -5,8 +5,11 @@ Selected by a DSN (`postgresql://…`) wherever a store path is accepted. Everyt
 of the database (postgres_schema.py); every key leads with the namespace, so each query names its partition. The
 turn log, derived state and the forgetting cascade are `SQLStore`'s (sql.py); this module is the dialect and what
 is PostgreSQL's own. Connections come from a psycopg 3 pool; a write transaction takes one transaction-scoped
-advisory lock first, so writers are serialised across processes and machines exactly as SQLite's `BEGIN IMMEDIATE`
-serialises them (one indexer per namespace and engine, log order = commit order), while readers never wait (MVCC).
+advisory lock first: a write to one namespace its namespace's lock (and the store-wide lock shared), so writers of
+different namespaces run side by side across threads, processes and machines, while writers of one namespace are
+serialised as SQLite's `BEGIN IMMEDIATE` serialises every writer (one indexer per namespace and engine, a namespace's
+log order = its commit order); a write not scoped to one namespace takes the store-wide lock alone. Readers never
+wait (MVCC).
 Vector search runs in the database (postgres_vectors.py): exact below `hnsw_threshold` vectors of a (namespace,
 space, model), through a per-namespace partial HNSW index (cosine) above it. Schema migrations are numbered like
 SQLite's (`MIGRATIONS`).
@@ -41,6 +44,7 @@ from .postgres_schema import (
     WRITE_LOCK,
     decode_text,
     encode_text,
+    namespace_lock,
 )
 from .postgres_vectors import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M, HNSW_THRESHOLD, PgVectors
 
@@ -86,6 +90,9 @@ class _Bound(threading.local):
     conn: Any = None
     depth: int = 0
     writing: bool = False
+    # the write locks held: "all" (the store-wide lock) or the namespaces whose locks are held (issue 36)
+    scope: str | set[int] = "all"
+    unscrubbed: set[str] | None = None  # tables this thread's open write transaction deleted from (sql_dialect.py)
 
 
 class PostgresStore(PgVectors):
@@ -330,8 +337,39 @@ class PostgresStore(PgVectors):
             self._bound.conn = None
             self._putconn(conn)
 
+    @property
+    def _unscrubbed(self) -> set[str] | None:
+        """Per thread here: writers of different namespaces commit side by side (sql_dialect.py `_forgot`)."""
+        return self._bound.unscrubbed
+
+    @_unscrubbed.setter
+    def _unscrubbed(self, tables: set[str] | None) -> None:
+        self._bound.unscrubbed = tables
+
+    @staticmethod
+    def _write_locks(ns: int | None) -> list[tuple[str, tuple[Any, ...]]]:
+        """The advisory locks a write transaction scoped to namespace `ns` (None: the whole store) takes first."""
+        if ns is None:
+            return [("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))]
+        return [
+            ("SELECT pg_advisory_xact_lock_shared(%s)", (WRITE_LOCK,)),
+            ("SELECT pg_advisory_xact_lock(%s)", (namespace_lock(ns),)),
+        ]
+
+    def _widen(self, conn: Any, ns: int | None) -> None:
+        """A nested write reaching beyond the locks its transaction holds: take the missing ones too (a deadlock
+        with another writer doing the same is detected by PostgreSQL, and that write is undone)."""
+        bound = self._bound
+        if bound.scope == "all" or (ns is not None and ns in bound.scope):
+            return
+        for statement, params in self._write_locks(ns)[-1:]:
+            conn.execute(statement, params)
+        bound.scope = "all" if ns is None else {*bound.scope, ns}
+
     @contextmanager
-    def _write(self) -> Iterator[Any]:
+    def _write(self, ns: int | None = None) -> Iterator[Any]:
+        """A write transaction (nested: a savepoint) holding the writer lock of namespace `ns`, or of the whole
+        store when `ns` is None."""
         if self.read_only:
             raise StoreError(f"{self.path} was opened read-only; this needs to write")
         bound = self._bound
@@ -340,6 +378,7 @@ class PostgresStore(PgVectors):
                 raise StoreError("cannot write inside a snapshot")
             conn, depth = bound.conn, bound.depth
             try:
+                self._widen(conn, ns)
                 conn.execute(f"SAVEPOINT sp{depth}")
             except psycopg.Error as exc:
                 raise self._failed(exc) from exc
@@ -356,9 +395,10 @@ class PostgresStore(PgVectors):
                 raise self._failed(exc) from exc
             return
         try:
-            conn = self._begun(("BEGIN", ()), ("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,)))
+            conn = self._begun(("BEGIN", ()), *self._write_locks(ns))
         except psycopg.Error as exc:
             raise self._failed(exc) from exc
+        bound.scope = "all" if ns is None else {ns}
         bound.conn, bound.writing, bound.depth = conn, True, 1
         try:
             try:
@@ -385,7 +425,7 @@ class PostgresStore(PgVectors):
                     conn.execute("ROLLBACK")
                 raise self._failed(exc) from exc
         finally:
-            bound.conn, bound.writing, bound.depth = None, False, 0
+            bound.conn, bound.writing, bound.depth, bound.scope = None, False, 0, "all"
             self._putconn(conn)
         self._committed()
 

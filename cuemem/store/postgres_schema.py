@@ -9,8 +9,18 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 SCHEMA = "cuemem"
-WRITE_LOCK = 0x63756D6D_00000001  # the advisory lock every write transaction holds: one writer at a time
+# Writers (issue 36): a write to one namespace holds WRITE_LOCK shared and its namespace's lock exclusive, so writers
+# of different namespaces run side by side and writers of one namespace one at a time; a write not scoped to one
+# namespace (schema-wide declarations, deleting several namespaces at once) holds WRITE_LOCK exclusive.
+WRITE_LOCK = 0x63756D6D_00000001
 INIT_LOCK = 0x63756D6D_00000002  # creating or migrating the schema
+NAMESPACE_LOCKS = 0x63756D6E_00000000  # + the namespace id (its low 32 bits): that namespace's writer lock
+
+
+def namespace_lock(ns: int) -> int:
+    """The advisory lock key of namespace `ns`'s writers (two ids 2**32 apart share one: only more waiting)."""
+    return NAMESPACE_LOCKS + (ns & 0xFFFFFFFF)
+
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -88,7 +88,7 @@ class PgVectors(SQLStore):
             conn.execute(register, (ns, space, model, dims, name))
             conn.execute(analyze)
         else:
-            with self._write() as c:
+            with self._write(ns) as c:
                 c.execute("SET LOCAL maintenance_work_mem = '1GB'")
                 c.execute(statement)
                 c.execute(register, (ns, space, model, dims, name))

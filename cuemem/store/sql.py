@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import TurnNotFoundError, UnknownNamespaceError
 from ..types import Namespace, Turn
 from .base import AppendResult, DerivedSpec, Item, NewItem, canonical_state
+from .sql_dialect import NEW_NAMESPACE
 from .sql_state import SQLState
 
 # Every derived table keyed by namespace; items' dependants (links, vectors, labels) cascade through foreign keys.
@@ -43,7 +44,7 @@ class SQLStore(SQLState):
             return int(rows[0][0])
         if not create:
             raise UnknownNamespaceError(f"unknown namespace ({namespace}): nothing was ever added to it")
-        with self._write() as c:
+        with self._write(NEW_NAMESPACE) as c:
             self._run(
                 c,
                 "INSERT INTO namespaces(user_id, agent_id, run_id, created_at) VALUES(?,?,?,?) ON CONFLICT DO NOTHING",
@@ -74,7 +75,7 @@ class SQLStore(SQLState):
         result = AppendResult()
         now = time.time()
         enc = self._enc
-        with self._write() as c:
+        with self._write(ns) as c:
             for turn in turns:
                 seq = self._insert_id(
                     c,
@@ -208,7 +209,7 @@ class SQLStore(SQLState):
     def delete_turns(self, ns: int, turn_ids: Sequence[str] | None = None, session_id: str | None = None) -> int:
         """Delete turns (by id, or a whole session) and, in the same transaction, every derived row that depends
         on them (DerivedSpec says how), the namespace's cached model calls and the embeddings of their text."""
-        with self._write() as c:
+        with self._write(ns) as c:
             if session_id is not None:
                 found = self._run(c, "SELECT seq FROM turns WHERE ns=? AND session_id=?", (ns, self._enc(session_id)))
                 seqs = [int(r[0]) for r in found.fetchall()]
@@ -275,7 +276,7 @@ class SQLStore(SQLState):
 
     def delete_namespace(self, ns: int) -> int:
         """Remove a namespace with its log, every derived row, its cached calls and its history."""
-        with self._write() as c:
+        with self._write(ns) as c:
             count = int(self._run(c, "SELECT COUNT(*) FROM turns WHERE ns=?", (ns,)).fetchone()[0])
             for table in DERIVED_TABLES:
                 self._run(c, f"DELETE FROM {table} WHERE ns=?", (ns,))
@@ -291,7 +292,7 @@ class SQLStore(SQLState):
 
     def clear_derived(self, ns: int) -> None:
         """Drop every derived row of a namespace (the log stays): the first half of a reindex."""
-        with self._write() as c:
+        with self._write(ns) as c:
             for table in ("items", "kv", "watermarks"):
                 self._run(c, f"DELETE FROM {table} WHERE ns=?", (ns,))
             self._bump_epoch(c, ns)
@@ -338,7 +339,7 @@ class SQLStore(SQLState):
         not all in the log (deleted meanwhile) is not created."""
         if not items:
             return
-        with self._write() as c:
+        with self._write(ns) as c:
             alive: set[int] = set()
             for test, params in self._in(sorted({s for item in items for s in (*item.sources, *item.depends)})):
                 found = self._run(c, f"SELECT seq FROM turns WHERE +ns=? AND seq {test}", (ns, *params))

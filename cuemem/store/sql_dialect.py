@@ -22,6 +22,9 @@ from ..errors import StoreError
 from .scrub import Scrubber
 
 CHUNK = 500  # values per `IN (…)` list
+# The writer scope of creating a namespace's row (ids start at 1, so no namespace's own): those writes exclude one
+# another, not the writers of existing namespaces (the insert is idempotent on the namespace's unique key).
+NEW_NAMESPACE = 0
 
 
 class SQLDialect:
@@ -33,8 +36,9 @@ class SQLDialect:
     _unscrubbed: set[str] | None = None  # tables the open write transaction deleted from, scrubbed once it commits
 
     # ------------------------------------------------------------------ the dialect
-    def _write(self) -> AbstractContextManager[Any]:
-        """A write transaction holding the store's writer lock, yielding its connection (nested: a savepoint)."""
+    def _write(self, ns: int | None = None) -> AbstractContextManager[Any]:
+        """A write transaction holding the writer lock of namespace `ns` (None: of the whole store), yielding its
+        connection (nested: a savepoint). Stores with one writer at a time (SQLite) ignore `ns`."""
         raise NotImplementedError
 
     def _query(self, sql: Any, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -165,9 +169,10 @@ class SQLDialect:
         self.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """A write transaction (one writer across threads and processes). A nested call is a savepoint: if it
-        fails, only its own writes are undone, whether or not the caller goes on. Reads in other threads
-        meanwhile see the last commit, without waiting."""
-        with self._write():
+    def transaction(self, ns: int | None = None) -> Iterator[None]:
+        """A write transaction, one writer at a time across threads and processes: of namespace `ns` (writers of
+        other namespaces run beside it where the store allows, PostgreSQL), or of the whole store when `ns` is
+        None. A nested call is a savepoint: if it fails, only its own writes are undone, whether or not the caller
+        goes on. Reads in other threads meanwhile see the last commit, without waiting."""
+        with self._write(ns):
             yield

@@ -47,7 +47,7 @@ class SQLState(SQLDialect):
         """Store (item id, text hash, vector) rows, and remember each vector in the embedding cache."""
         if not rows:
             return
-        with self._write() as c:
+        with self._write(ns) as c:
             alive: set[int] = set()
             for test, params in self._in(sorted({r[0] for r in rows})):
                 found = self._run(c, f"SELECT id FROM items WHERE +ns=? AND id {test}", (ns, *params))
@@ -82,7 +82,7 @@ class SQLState(SQLDialect):
         """Remember (text hash, vector) rows of texts that are not items (e.g. vocabulary labels)."""
         if self.read_only or not rows:
             return  # a read-only store remembers nothing; the vectors were still computed
-        with self._write() as c:
+        with self._write(ns) as c:
             self._many(
                 c,
                 "INSERT INTO embed_cache(ns, text_hash, model, vec) VALUES(?,?,?,?) ON CONFLICT DO NOTHING",
@@ -94,7 +94,7 @@ class SQLState(SQLDialect):
         when turns it embedded ahead, outside the write lock, were deleted before it could index them."""
         if self.read_only:
             return
-        with self._write() as c:
+        with self._write(ns) as c:
             self._drop_unused_embeddings(c, ns)
 
     def cached_embeddings(self, ns: int, model: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
@@ -112,7 +112,7 @@ class SQLState(SQLDialect):
         """(item id, kind, label) rows, e.g. an event type or an entity type of a step."""
         if not rows:
             return
-        with self._write() as c:
+        with self._write(ns) as c:
             self._many(
                 c,
                 "INSERT INTO labels(ns, item, kind, label) VALUES(?,?,?,?) ON CONFLICT DO NOTHING",
@@ -124,7 +124,7 @@ class SQLState(SQLDialect):
         that already has the new label keeps one copy. Returns how many label rows changed."""
         scopes = [("", [])] if items is None else [(f" AND item {t}", p) for t, p in self._in(items)]
         changed = 0
-        with self._write() as c:
+        with self._write(ns) as c:
             for old, new in mapping.items():
                 for scope, extra in scopes:
                     params = [ns, kind, self._enc(old), *extra]
@@ -158,7 +158,7 @@ class SQLState(SQLDialect):
         `on_delete="rows"` would outlive the turns it came from)."""
         if self._read("SELECT 1 FROM derived_specs WHERE owner=? AND on_delete='rows' LIMIT 1", (owner,)):
             raise StoreError(f"{owner!r} declared on_delete='rows': its derived state must be items, not engine state")
-        with self._write() as c:
+        with self._write(ns) as c:
             self._run(
                 c,
                 "INSERT INTO kv(ns, engine, key, value) VALUES(?,?,?,?)"
@@ -176,7 +176,7 @@ class SQLState(SQLDialect):
         return int(rows[0][0]) if rows else 0
 
     def set_watermark(self, ns: int, key: str, upto: int) -> None:
-        with self._write() as c:
+        with self._write(ns) as c:
             self._run(
                 c,
                 "INSERT INTO watermarks(ns, engine, upto) VALUES(?,?,?) ON CONFLICT(ns, engine) DO UPDATE SET"
@@ -205,7 +205,7 @@ class SQLState(SQLDialect):
         if self.read_only:
             return  # a read-only store remembers nothing; the call was still made and counted
         columns = ("backend", "method", "stage", "request", "response", "prompt_tokens", "completion_tokens")
-        with self._write() as c:
+        with self._write(ns) as c:
             self._run(
                 c,
                 f"INSERT INTO llm_calls(ns, key, {', '.join(columns)}, seconds, at) VALUES(?,?,?,?,?,?,?,?,?,?,?)"

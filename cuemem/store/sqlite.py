@@ -355,7 +355,8 @@ class SQLiteStore(SQLStore):
                 self._reader.execute("COMMIT")
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self, ns: int | None = None) -> Iterator[sqlite3.Connection]:
+        """One writer at a time on the whole file, whatever `ns` (SQLite's own lock, `BEGIN IMMEDIATE`)."""
         if self.read_only:
             raise StoreError(f"{self.path} was opened read-only; this needs to write")
         with self._lock:

@@ -137,7 +137,7 @@ class ScgEngine(BaseEngine):
         phrase = dict(zip(fresh, ctx.embed(fresh, remember=True)[1], strict=True)) if fresh else {}
         assimilator = self.assimilator(ctx)
         model = ctx.embedder.name
-        with store.transaction():
+        with store.transaction(ns):
             state = self.state(ctx)
             focus = Goals.from_json(load_json(store.kv_get(ns, self.name, FOCUS)))
             goals = [self._goal(focus, t, w, f.anchors, f.values) for t, w, f in zip(turns, words, found, strict=True)]

@@ -102,7 +102,7 @@ class StitchEngine(BaseEngine):
         analyses = analyze_steps([turn_words(t) for t in turns])  # not the date prefix: it would tag every step
         hashes, vectors = ctx.embed(docs)  # the raw turn's embedding: the same vector `dense` stores
         labeller = self.labeller(ctx)
-        with ctx.store.transaction():
+        with ctx.store.transaction(ctx.ns):
             state = self.state(ctx)
             inherited, sources = self._carry_focus(ctx, state, turns, docs, analyses, hashes, vectors)
             for i, turn in enumerate(turns):
