@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 RETRY_SECONDS = 1.0  # a namespace whose indexing failed is tried again after this, doubling up to a minute
 MAX_RETRY_SECONDS = 60.0
 FAILING = 5  # a namespace that failed this many passes in a row makes the worker unhealthy (/healthz: 503)
+ACROSS = 32  # namespaces due together whose new turns are embedded in one batch before their passes
 
 
 @dataclass
@@ -58,14 +59,19 @@ class BackgroundIndexer:
         pending: Callable[[Namespace], int],
         *,
         backlog: Callable[[], Iterable[Namespace]] | None = None,
+        prepare: Callable[[list[Namespace]], object] | None = None,
         name: str = "cuemem-indexer",
     ) -> None:
         """`catch_up` indexes a namespace, `pending` counts what it has not indexed; `backlog`, the namespaces that
         may hold unindexed turns when the worker starts (acknowledged by a process that stopped before indexing
-        them): the worker queues those with pending turns first."""
+        them): the worker queues those with pending turns first. `prepare` embeds the new turns of several
+        namespaces in one batch ahead of their passes (Indexer.prepare_across; a failure there only costs speed:
+        each pass embeds what it does not find)."""
         self._catch_up = catch_up
         self._pending = pending
         self._backlog = backlog
+        self._prepare = prepare
+        self._prepared: set[Namespace] = set()  # embedded ahead since their last submit
         self._scanning = backlog is not None  # the start's scan for unindexed turns is not over
         self._streak: dict[Namespace, int] = {}
         self._queue: OrderedDict[Namespace, float] = OrderedDict()  # namespace -> not before (monotonic seconds)
@@ -88,6 +94,7 @@ class BackgroundIndexer:
                 return
             if namespace not in self._queue:
                 self._queue[namespace] = 0.0
+            self._prepared.discard(namespace)
             self._cond.notify()
 
     def forget(self, namespace: Namespace) -> None:
@@ -180,10 +187,28 @@ class BackgroundIndexer:
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.warning("cuemem: the indexer could not list the namespaces to catch up: %s", exc)
 
+    def _prepare_with(self, namespace: Namespace) -> None:
+        """Embed the new turns of `namespace` and of the namespaces due with it in one batch (up to ACROSS), unless
+        they were since their last submit."""
+        if self._prepare is None:
+            return
+        with self._cond:
+            now = time.monotonic()
+            due = [ns for ns, at in self._queue.items() if at <= now]
+            group = [ns for ns in [namespace, *due] if ns not in self._prepared][:ACROSS]
+            if len(group) < 2:
+                return
+            self._prepared.update(group)
+        try:
+            self._prepare(group)
+        except Exception as exc:  # only speed is lost: each pass embeds what it does not find cached
+            log.debug("cuemem: embedding ahead across %d namespaces failed: %s", len(group), exc)
+
     def _run(self) -> None:
         try:
             self._queue_backlog()
             while (namespace := self._next()) is not None:
+                self._prepare_with(namespace)
                 try:
                     self.indexed_turns += self._catch_up(namespace)
                     self._backoff.pop(namespace, None)
@@ -200,6 +225,7 @@ class BackgroundIndexer:
                 finally:
                     with self._cond:
                         self._busy = None
+                        self._prepared.discard(namespace)
                         self._cond.notify_all()
         except BaseException as exc:  # the thread itself failed: say so in health(), never silently
             self.last_error = f"{type(exc).__name__}: {exc}"

@@ -11,7 +11,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
@@ -86,6 +86,7 @@ class Memory:
                 self._index_now,
                 lambda ns: self._indexer.pending(None, ns),
                 backlog=lambda: [namespace for namespace, _ in self.store.namespaces()],
+                prepare=self._prepare_across,
             )
             self._intake.defer = self.background.submit
             self.on_forget(self.background.forget)  # a delete clears the namespace's retry state
@@ -114,6 +115,17 @@ class Memory:
         except UnknownNamespaceError:  # deleted since its add: nothing to index
             return 0
         return self._indexer.sync(self.engine, ns, namespace)
+
+    def _prepare_across(self, namespaces: list[Namespace]) -> int:
+        """The background indexer's batch: the new turns of several namespaces embedded in one call (not for an
+        embedder cheaper than the reads it adds)."""
+        if getattr(self.embedder, "cheap", False):
+            return 0
+        targets = []
+        for namespace in namespaces:
+            with suppress(UnknownNamespaceError):  # deleted since its add
+                targets.append((self.store.namespace_id(namespace), namespace))
+        return self._indexer.prepare_across(self.engine, targets)
 
     def __enter__(self) -> Memory:
         return self

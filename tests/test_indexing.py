@@ -330,3 +330,84 @@ def test_an_embedder_may_be_named_and_an_answer_stream_must_end_with_an_answer(t
         assert memory.settings.embedder == "hashing" and memory.embedder.name == HashingEmbedder().name
     with pytest.raises(TypeError, match="not an Answer"):
         final(iter(["some", "text"]))
+
+
+# --------------------------------------------------------------------------- embedding across namespaces (issue 36)
+class CountingEmbedder(HashingEmbedder):
+    """The hashing embedder, counted, and not `cheap`: as a model is, it is worth batching across namespaces."""
+
+    cheap = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[int] = []
+        self.during: Callable[[], None] | None = None  # run inside the next call (a delete racing the batch)
+
+    def embed(self, texts: Any) -> Any:
+        self.calls.append(len(texts))
+        if self.during is not None:
+            during, self.during = self.during, None
+            during()
+        return super().embed(texts)
+
+
+def test_the_new_turns_of_several_namespaces_are_embedded_in_one_call(tmp_path: Path) -> None:
+    embedder = CountingEmbedder()
+    with open_memory(tmp_path / "m.db", "hybrid", embedder=embedder) as memory:
+        users = ["ann", "ben", "cal"]
+        for user in users:  # logged, not indexed: as adds leave them for the background worker
+            ns = memory.store.namespace_id(Namespace(user), create=True)
+            memory.store.append_turns(ns, _trip())
+        embedded = memory._prepare_across([Namespace(u) for u in users])
+        assert embedded == len(TRIP) and embedder.calls == [len(TRIP)]  # one text per distinct document
+        memory.index_pending()
+        assert embedder.calls == [len(TRIP)], "the passes embedded again what was embedded ahead"
+        for user in users:
+            assert memory.search("Who feeds the cat Miso?", user_id=user, k=1).turn_ids == ["d4"]
+
+
+def _trip() -> list[Any]:
+    from cuemem.types import Turn
+
+    return [Turn(id=t["id"], text=t["text"], speaker=t.get("speaker", "user"), session_id="s1") for t in TRIP]
+
+
+def test_a_turn_deleted_during_an_embedding_across_namespaces_is_not_cached(tmp_path: Path) -> None:
+    import sqlite3
+
+    embedder = CountingEmbedder()
+    with open_memory(tmp_path / "m.db", "hybrid", embedder=embedder) as memory:
+        for user in ("ann", "ben"):
+            ns = memory.store.namespace_id(Namespace(user), create=True)
+            memory.store.append_turns(ns, _trip())
+        embedder.during = lambda: memory.delete("d3", user_id="ann")  # commits while the batch is embedded
+        memory._prepare_across([Namespace("ann"), Namespace("ben")])
+        assert embedder.during is None
+    with sqlite3.connect(tmp_path / "m.db") as db:
+        (ann,) = db.execute("SELECT id FROM namespaces WHERE user_id='ann'").fetchone()
+        cached = {n for (n,) in db.execute("SELECT ns FROM embed_cache").fetchall()}
+        counts = dict(db.execute("SELECT ns, COUNT(*) FROM embed_cache GROUP BY ns").fetchall())
+    assert cached and counts[ann] == len(TRIP) - 1  # everything of ann's but the deleted turn's document
+
+
+def test_the_worker_embeds_the_namespaces_due_together_once() -> None:
+    groups: list[list[Namespace]] = []
+    first, release = threading.Event(), threading.Event()
+
+    def catch_up(namespace: Namespace) -> int:
+        if namespace.user_id == "n0":
+            first.set()
+            assert release.wait(10)
+        return 1
+
+    worker = indexing.BackgroundIndexer(catch_up, lambda ns: 0, prepare=groups.append)
+    try:
+        worker.submit(Namespace("n0"))
+        assert first.wait(10)  # alone when its pass began: nothing to batch with
+        for i in range(1, 5):
+            worker.submit(Namespace(f"n{i}"))
+        release.set()
+        assert worker.wait(10)
+    finally:
+        worker.close()
+    assert [[ns.user_id for ns in group] for group in groups] == [["n1", "n2", "n3", "n4"]]

@@ -17,6 +17,7 @@ from .base import normalize
 
 class HashingEmbedder:
     name = "hashing-512"
+    cheap = True  # embedding costs less than the reads that batching it across namespaces would add
 
     def __init__(self, dim: int = 512) -> None:
         self.dim = dim

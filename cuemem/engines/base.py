@@ -144,6 +144,9 @@ class BaseEngine(ABC):
 
     name: str
     uses_embedder: bool = False
+    # `prepare` embeds the turns' documents (`baselines.ahead_documents`) into the namespace's cache, so a worker
+    # may embed them for several namespaces in one batch (Indexer.prepare_across)
+    embeds_ahead: bool = False
 
     @property
     def uses_llm(self) -> bool:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..config import Settings
 from ..index.fusion import reciprocal_rank_fusion
 from ..store.base import DerivedSpec, NewItem
 from ..types import Hit, Turn
@@ -82,9 +83,14 @@ class TurnIndexer(BaseEngine):
         return {"turns": len(table.ids), "unparsed_timestamps": table.unparsed}
 
 
+def ahead_documents(settings: Settings, turns: Sequence[Turn]) -> list[str]:
+    """The texts an engine that `embeds_ahead` embeds for `turns` before ingest: each turn's document."""
+    return [turn_document(t, settings.turn_template) for t in turns]
+
+
 def prepare_embeddings(ctx: EngineContext, turns: Sequence[Turn]) -> None:
     """Embed the turns' documents into the namespace's embedding cache ahead of ingest, outside the write lock."""
-    ctx.embed([turn_document(t, ctx.settings.turn_template) for t in turns], remember=True)
+    ctx.embed(ahead_documents(ctx.settings, turns), remember=True)
 
 
 def embed_missing(ctx: EngineContext, space: str, turns: Sequence[Turn]) -> None:
@@ -159,6 +165,7 @@ class DenseEngine(TurnIndexer):
 
     name = "dense"
     uses_embedder = True
+    embeds_ahead = True
 
     def prepare(self, ctx: EngineContext, turns: Sequence[Turn]) -> None:
         prepare_embeddings(ctx, turns)
@@ -180,6 +187,7 @@ class HybridEngine(TurnIndexer):
 
     name = "hybrid"
     uses_embedder = True
+    embeds_ahead = True
     depth = 100  # how deep each ranking is read before fusion
 
     def __init__(self) -> None:

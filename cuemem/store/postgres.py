@@ -4,12 +4,10 @@ promises 1-3 and 8).
 Selected by a DSN (`postgresql://…`) wherever a store path is accepted. Everything lives in the schema `cuemem`
 of the database (postgres_schema.py); every key leads with the namespace, so each query names its partition. The
 turn log, derived state and the forgetting cascade are `SQLStore`'s (sql.py); this module is the dialect and what
-is PostgreSQL's own. Connections come from a psycopg 3 pool; a write transaction takes one transaction-scoped
-advisory lock first: a write to one namespace its namespace's lock (and the store-wide lock shared), so writers of
-different namespaces run side by side across threads, processes and machines, while writers of one namespace are
-serialised as SQLite's `BEGIN IMMEDIATE` serialises every writer (one indexer per namespace and engine, a namespace's
-log order = its commit order); a write not scoped to one namespace takes the store-wide lock alone. Readers never
-wait (MVCC).
+is PostgreSQL's own. Connections come from a psycopg 3 pool; a write transaction takes advisory locks first
+(postgres_schema.write_locks): writers of different namespaces run side by side across processes and machines, those
+of one namespace one at a time, as SQLite's `BEGIN IMMEDIATE` makes every writer (one indexer per namespace and
+engine, a namespace's log order = its commit order). Readers never wait (MVCC).
 Vector search runs in the database (postgres_vectors.py): exact below `hnsw_threshold` vectors of a (namespace,
 space, model), through a per-namespace partial HNSW index (cosine) above it. Schema migrations are numbered like
 SQLite's (`MIGRATIONS`).
@@ -36,7 +34,6 @@ from . import scrub
 from .postgres_schema import (
     INIT_LOCK,
     MIGRATIONS,
-    NO_STATISTICS,
     SCHEMA,
     SCHEMA_VERSION,
     TABLES,
@@ -44,7 +41,7 @@ from .postgres_schema import (
     WRITE_LOCK,
     decode_text,
     encode_text,
-    namespace_lock,
+    write_locks,
 )
 from .postgres_vectors import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M, HNSW_THRESHOLD, PgVectors
 
@@ -62,11 +59,7 @@ __all__ = [
     "HNSW_EF_SEARCH",
     "HNSW_M",
     "HNSW_THRESHOLD",
-    "MIGRATIONS",
-    "NO_STATISTICS",
-    "SCHEMA_VERSION",
     "TABLES",
-    "TEXT_TABLES",
     "WRITE_LOCK",
     "PostgresStore",
     "is_dsn",
@@ -346,24 +339,13 @@ class PostgresStore(PgVectors):
     def _unscrubbed(self, tables: set[str] | None) -> None:
         self._bound.unscrubbed = tables
 
-    @staticmethod
-    def _write_locks(ns: int | None) -> list[tuple[str, tuple[Any, ...]]]:
-        """The advisory locks a write transaction scoped to namespace `ns` (None: the whole store) takes first."""
-        if ns is None:
-            return [("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))]
-        return [
-            ("SELECT pg_advisory_xact_lock_shared(%s)", (WRITE_LOCK,)),
-            ("SELECT pg_advisory_xact_lock(%s)", (namespace_lock(ns),)),
-        ]
-
     def _widen(self, conn: Any, ns: int | None) -> None:
-        """A nested write reaching beyond the locks its transaction holds: take the missing ones too (a deadlock
-        with another writer doing the same is detected by PostgreSQL, and that write is undone)."""
+        """A nested write beyond the locks its transaction holds takes the missing one (PostgreSQL detects a
+        deadlock with another writer doing the same, and undoes that write)."""
         bound = self._bound
         if bound.scope == "all" or (ns is not None and ns in bound.scope):
             return
-        for statement, params in self._write_locks(ns)[-1:]:
-            conn.execute(statement, params)
+        conn.execute(*write_locks(ns)[-1])
         bound.scope = "all" if ns is None else {*bound.scope, ns}
 
     @contextmanager
@@ -395,7 +377,7 @@ class PostgresStore(PgVectors):
                 raise self._failed(exc) from exc
             return
         try:
-            conn = self._begun(("BEGIN", ()), *self._write_locks(ns))
+            conn = self._begun(("BEGIN", ()), *write_locks(ns))
         except psycopg.Error as exc:
             raise self._failed(exc) from exc
         bound.scope = "all" if ns is None else {ns}

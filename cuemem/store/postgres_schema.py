@@ -17,9 +17,15 @@ INIT_LOCK = 0x63756D6D_00000002  # creating or migrating the schema
 NAMESPACE_LOCKS = 0x63756D6E_00000000  # + the namespace id (its low 32 bits): that namespace's writer lock
 
 
-def namespace_lock(ns: int) -> int:
-    """The advisory lock key of namespace `ns`'s writers (two ids 2**32 apart share one: only more waiting)."""
-    return NAMESPACE_LOCKS + (ns & 0xFFFFFFFF)
+def write_locks(ns: int | None) -> list[tuple[str, tuple[int]]]:
+    """The advisory locks a write transaction scoped to namespace `ns` (None: the whole store) takes first, in
+    this order. Two namespace ids 2**32 apart share a lock: only more waiting."""
+    if ns is None:
+        return [("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))]
+    return [
+        ("SELECT pg_advisory_xact_lock_shared(%s)", (WRITE_LOCK,)),
+        ("SELECT pg_advisory_xact_lock(%s)", (NAMESPACE_LOCKS + (ns & 0xFFFFFFFF),)),
+    ]
 
 
 TABLES = """

@@ -73,6 +73,7 @@ class EpisodicEngine(BaseEngine):
     """E-mem: raw overlapping episodes, three-pathway routing, local evidence per window, a master that answers."""
 
     uses_embedder = True
+    embeds_ahead = True
 
     def __init__(self, config: EpisodicConfig | None = None, name: str = "episodic") -> None:
         self.config = config or EpisodicConfig()

@@ -74,6 +74,7 @@ class ProfileEngine(BaseEngine):
     the turns."""
 
     uses_embedder = True
+    embeds_ahead = True
 
     def __init__(self, config: ProfileConfig | None = None, name: str = "profile") -> None:
         self.config = config or ProfileConfig()

@@ -64,6 +64,7 @@ class ScgEngine(BaseEngine):
     """SCG-MEM: turns keyed by schema concepts, recalled by spreading activation over the associative graph."""
 
     uses_embedder = True
+    embeds_ahead = True
 
     def __init__(self, config: ScgConfig | None = None, name: str = "scg") -> None:
         self.config = config or ScgConfig()
