@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import secrets
 import signal
 import sys
@@ -45,7 +46,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from load import Client, Fleet, free_port, latency, start_server, warm_up
+from load import BUSY_RETRIES, Client, Fleet, _error_kind, free_port, latency, start_server, warm_up
 from production_report import problems, table
 from production_seed import (
     NamespacePicker,
@@ -61,6 +62,7 @@ from production_seed import (
 from cuemem.store import display_target
 
 DATABASE = "cuemem_production"
+VERIFY_THREADS = 4  # below a server's memory lanes (8): the check is not a load test
 CROSS_EVERY = 10  # every 10th request of a client also GETs another namespace's turn with its own key
 
 
@@ -337,6 +339,17 @@ def shared_token(keys: Path) -> str:
     return json.loads((keys.parent / "tokens.json").read_text(encoding="utf-8"))["warmup"]
 
 
+def patient(request: Any) -> httpx.Response:
+    """A request retried while the server refuses it as busy (a full lane: 429/503 "busy"), as a client would."""
+    response = request()
+    for _ in range(BUSY_RETRIES):
+        if response.status_code not in (429, 503) or _error_kind(response) != "busy":
+            break
+        time.sleep(min(1.0, float(response.headers.get("retry-after") or 1)) * random.uniform(0.2, 1.0))
+        response = request()
+    return response
+
+
 def verify(url: str, shared: Shared, clients: list[Worker]) -> dict[str, Any]:
     """Through one server: each acknowledged write readable by id with its text; each once in its namespace's
     listing of this run's session; no listing shows another namespace's turn."""
@@ -347,7 +360,8 @@ def verify(url: str, shared: Shared, clients: list[Worker]) -> dict[str, Any]:
         ids: list[str] = []
         with httpx.Client(base_url=url, headers={"X-API-Key": shared.tokens[index]}, timeout=300) as c:
             while True:
-                page = c.get("/v1/memories", params={"session_id": shared.session, "limit": 5000, "offset": len(ids)})
+                params = {"session_id": shared.session, "limit": 5000, "offset": len(ids)}
+                page = patient(lambda p=params: c.get("/v1/memories", params=p))
                 page.raise_for_status()
                 ids += [t["id"] for t in page.json()]
                 if len(page.json()) < 5000:
@@ -359,15 +373,17 @@ def verify(url: str, shared: Shared, clients: list[Worker]) -> dict[str, Any]:
         with httpx.Client(base_url=url, timeout=300) as c:
             for tid in tids:
                 key = {"X-API-Key": shared.tokens[int(owner(tid)[1:])]}
-                got = c.get(f"/v1/memories/{tid}", headers=key)
+                got = patient(lambda t=tid, k=key: c.get(f"/v1/memories/{t}", headers=k))
                 if got.status_code != 200 or got.json().get("text") != acked[tid]:
-                    missing.append(tid)
+                    missing.append(f"{tid} ({got.status_code})")
         return missing
 
-    with ThreadPoolExecutor(16) as pool:
+    with ThreadPoolExecutor(VERIFY_THREADS) as pool:
         listings = list(pool.map(listed, namespaces))
         ordered = sorted(acked)
-        missing = [t for part in pool.map(readable, [ordered[i::16] for i in range(16)]) for t in part]
+        parts = [ordered[i::VERIFY_THREADS] for i in range(VERIFY_THREADS)]
+        unread = [t for part in pool.map(readable, parts) for t in part]
+    missing = [t.split(" ")[0] for t in unread]
     seen: dict[str, int] = {}
     for _, ids, _ in listings:
         for tid in ids:
@@ -379,10 +395,10 @@ def verify(url: str, shared: Shared, clients: list[Worker]) -> dict[str, Any]:
         "checked_through": url,
         "acknowledged": len(acked),
         "lost": len(set(missing) | set(unlisted)),
-        "lost_examples": sorted(set(missing) | set(unlisted))[:5],
+        "lost_examples": (unread + [f"{t} (not listed)" for t in unlisted])[:5],
         "duplicates": len(duplicates),
         "duplicate_examples": duplicates[:5],
-        "stored_unacknowledged": len(seen) - len(duplicates) - (len(acked) - len(unlisted)),
+        "stored_unacknowledged": len(set(seen) - set(acked)),  # committed, the answer lost to the kill: allowed
         "cross_key_in_listings": len(foreign),
     }
 
