@@ -109,14 +109,14 @@ def seeded(dsn: str, args: argparse.Namespace, sizes: list[int], pg: Any) -> tup
         "db": display_target(dsn),
     }
     record, tokens = state / "seed.json", state / "tokens.json"
+    with Memory(dsn, engine="hybrid", embedder="hashing") as memory:
+        present = len(memory.namespaces())
     if args.reuse and record.exists() and tokens.exists() and (state / "production.keys").exists():
         old = json.loads(record.read_text(encoding="utf-8"))
-        if old.get("meta") == meta:
+        if old.get("meta") == meta and present >= args.namespaces:
             print(f"reusing the seeded database ({old['seed']['seconds']} s to seed)", file=sys.stderr)
             return json.loads(tokens.read_text(encoding="utf-8")), {**old["seed"], "reused": True}
         print("the seeded database does not match: seeding again", file=sys.stderr)
-    with Memory(dsn, engine="hybrid", embedder="hashing") as memory:
-        present = len(memory.namespaces())
     if present and pg is None:
         raise SystemExit(f"{display_target(dsn)} already holds {present} namespaces: give an empty database")
     if present:  # a pgserver database seeded differently: afresh
@@ -249,6 +249,12 @@ class Worker(Client):
         while not self.stop.is_set():
             if self.server != self.home and not self.fleet.is_dead(self.home):
                 self.server = self.home
+            if self.fleet.is_dead(self.server):  # killed, and (one server) none other to go to: wait for it
+                moved = self.fleet.next_live(self.server)
+                if moved is None:
+                    time.sleep(0.05)
+                    continue
+                self.server, self.moves = moved, self.moves + 1
             index, heat = self.choose(self.random)
             key = {"X-API-Key": self.shared.tokens[index]}
             if self.random.random() < self.write_fraction:

@@ -16,6 +16,7 @@ import itertools
 import json
 import random
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -144,15 +145,28 @@ class TurnMaker:
 
 
 # --------------------------------------------------------------------------- the seed (one worker process)
-def seed_worker(dsn: str, sizes: list[int], share: tuple[int, int], embedder: str, batch: int) -> dict[str, Any]:
-    """Seed the namespaces i with i % workers == worker (share = (worker, workers)); returns its counts."""
+def as_turn(t: dict[str, Any]) -> Any:
+    from cuemem.types import Turn
+
+    return Turn(t["id"], t["text"], t["speaker"], t["session_id"], t.get("timestamp"), t.get("metadata") or {})
+
+
+def base_turns(maker: TurnMaker) -> list[Any]:
+    """The originals (LoCoMo's turns or the look-alikes) as turns."""
+    return [as_turn({**t, "id": f"base-{i}", "session_id": SEED_SESSION}) for i, t in enumerate(maker.base)]
+
+
+def seed_worker(
+    dsn: str, sizes: list[int], share: tuple[int, int], embedder: str, batch: int, cache: Path | None = None
+) -> dict[str, Any]:
+    """Seed the namespaces i with i % workers == worker (share = (worker, workers)); returns its counts. `cache`:
+    the originals' real vectors (an embedder other than hashing), computed once by `seed`."""
     import numpy as np
 
     from cuemem import Memory
     from cuemem.engines.baselines import turn_document, turn_words
     from cuemem.engines.structure import hit_text, turn_fields, with_header_tokens
     from cuemem.store.base import NewItem, text_hash
-    from cuemem.types import Turn
 
     worker, workers = share
     maker = TurnMaker()
@@ -167,14 +181,11 @@ def seed_worker(dsn: str, sizes: list[int], share: tuple[int, int], embedder: st
         progress = [memory._progress_key(engine) for engine in engines]
         template = memory.settings.turn_template
 
-        def as_turn(t: dict[str, Any]) -> Turn:
-            return Turn(t["id"], t["text"], t["speaker"], t["session_id"], t.get("timestamp"), t.get("metadata") or {})
-
-        base = [as_turn({**t, "id": f"base-{i}", "session_id": SEED_SESSION}) for i, t in enumerate(maker.base)]
+        base = base_turns(maker)
         metas = [turn_fields(t) for t in base]
         with_header_tokens(metas, memory.tokens.count_many)
         tokens = memory.tokens.count_many([hit_text(turn_words(t), m) for t, m in zip(base, metas, strict=True)])
-        vectors = Vectors(memory.embedder, [turn_document(t, template) for t in base])
+        vectors = Vectors(memory.embedder, [turn_document(t, template) for t in base], cache)
 
         def prepared() -> Iterator[Chunk]:
             """The worker's namespaces in chunks of at most `batch` turns, with documents and vectors (no store)."""
@@ -242,7 +253,7 @@ class Vectors:
     remembered; checked equal on the base documents). MiniLM (any other embedder): the original's real vector,
     copies plus Gaussian noise seeded by their corpus position, renormalised (cosine ~0.9 to the original)."""
 
-    def __init__(self, embedder: Any, base_docs: list[str]) -> None:
+    def __init__(self, embedder: Any, base_docs: list[str], cache: Path | None = None) -> None:
         import numpy as np
 
         from cuemem.embed.hashing import HashingEmbedder
@@ -258,9 +269,7 @@ class Vectors:
         else:
             from scale_data import noise_sigma
 
-            self.base = np.concatenate(
-                [embedder.embed(base_docs[i : i + 512]) for i in range(0, len(base_docs), 512)]
-            ).astype(np.float32)
+            self.base = np.load(cache) if cache is not None else embed_all(embedder, base_docs)
             self.sigma = noise_sigma(0.9, self.base.shape[1])
 
     def of(self, docs: list[str], positions: list[int], bases: list[int]) -> Any:
@@ -275,6 +284,12 @@ class Vectors:
         return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
+def embed_all(embedder: Any, docs: list[str]) -> Any:
+    import numpy as np
+
+    return np.concatenate([embedder.embed(docs[i : i + 512]) for i in range(0, len(docs), 512)]).astype(np.float32)
+
+
 # --------------------------------------------------------------------------- the seed (all of it) and the keys
 def seed(dsn: str, sizes: list[int], embedder: str, workers: int, batch: int) -> dict[str, Any]:
     """Seed every namespace from `workers` processes (each a share of the namespaces, the largest spread over
@@ -282,17 +297,26 @@ def seed(dsn: str, sizes: list[int], embedder: str, workers: int, batch: int) ->
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
+    import numpy as np
     import psycopg
 
     from cuemem import Memory
+    from cuemem.engines.baselines import turn_document
 
-    with Memory(dsn, engine="hybrid", embedder=embedder):  # the schema, once, before the workers race for it
-        pass
     start = time.perf_counter()
-    workers = max(1, min(workers, len(sizes)))
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        jobs = [pool.submit(seed_worker, dsn, sizes, (w, workers), embedder, batch) for w in range(workers)]
-        done = [job.result() for job in jobs]
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = None
+        # the schema, once, before the workers race for it; a model's vectors of the originals, once for all
+        with Memory(dsn, engine="hybrid", embedder=embedder) as memory:
+            if embedder != "hashing":
+                cache = Path(tmp) / "originals.npy"
+                template = memory.settings.turn_template
+                docs = [turn_document(t, template) for t in base_turns(TurnMaker())]
+                np.save(cache, embed_all(memory.embedder, docs))
+        workers = max(1, min(workers, len(sizes)))
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+            jobs = [pool.submit(seed_worker, dsn, sizes, (w, workers), embedder, batch, cache) for w in range(workers)]
+            done = [job.result() for job in jobs]
     loaded = time.perf_counter() - start
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ANALYZE")
