@@ -302,12 +302,12 @@ def run_load(
     restart `restart_after` s later when given), then the check of every acknowledged write."""
     fleet_args = argparse.Namespace(**{**vars(args), "servers": servers})
     fleet = Fleet(dsn, keys, fleet_args, root, servers)
-    for i in range(servers):
-        fleet.start(i)
     rss = RssWatch(fleet)
     clients: list[Worker] = []
     kill: dict[str, Any] = {}
     try:
+        for i in range(servers):
+            fleet.start(i)
         for url in fleet.urls:
             warm_up(url, shared_token(keys))
         stop = threading.Event()
