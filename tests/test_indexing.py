@@ -411,3 +411,42 @@ def test_the_worker_embeds_the_namespaces_due_together_once() -> None:
     finally:
         worker.close()
     assert [[ns.user_id for ns in group] for group in groups] == [["n1", "n2", "n3", "n4"]]
+
+
+def test_a_turn_table_grows_by_the_new_items_and_equals_one_built_anew(tmp_path: Path) -> None:
+    """After adds, the hybrid engine's turn table (who said what, when) grows by the new items instead of being
+    read again whole (item 1: a search of a namespace being written to must not pay for all of it); after a
+    delete it is built anew. Grown or built, it is the same table."""
+    from cuemem.engines.refine import turn_table
+    from cuemem.engines.structure import TurnTable
+
+    more = [
+        {"id": "e1", "speaker": "Theo", "text": "Ines said Miso only eats fish on Sundays."},
+        {"id": "e2", "speaker": "Lena", "text": "Ramiro is closed on Mondays, Maya."},
+    ]
+    with open_memory(tmp_path / "m.db", "hybrid") as memory:
+        memory.add(TRIP, user_id=USER, session_id="s1")
+        ns = memory.store.namespace_id(Namespace(USER))
+        ctx = memory._indexer.context(ns, Namespace(USER))
+        first = turn_table(ctx, "turn")
+        reads: list[int] = []
+        get_items = memory.store.get_items
+
+        def counted(ns: int, ids: Any) -> Any:
+            reads.append(len(ids))
+            return get_items(ns, ids)
+
+        memory.store.get_items = counted  # type: ignore[method-assign]
+        memory.add(more, user_id=USER, session_id="s2")
+        grown = turn_table(ctx, "turn")
+        assert reads == [len(more)], "the table was read whole again"
+        assert grown is not first and grown.ids[: len(first.ids)] == first.ids
+        ids = [i for i, _ in memory.store.items_in_order(ns, "turn")]
+        anew = TurnTable.build({i: item.meta for i, item in get_items(ns, ids).items()})
+        assert grown == anew
+        memory.delete("d3", user_id=USER)
+        reads.clear()
+        rebuilt = turn_table(ctx, "turn")
+        assert reads == [len(TRIP) + len(more) - 1] and len(rebuilt.ids) == len(anew.ids) - 1
+    with pytest.raises(ValueError, match="newer items only"):
+        anew.grown({anew.ids[0]: {}})

@@ -49,17 +49,25 @@ def refine(
 
 
 def turn_table(ctx: EngineContext, space: str) -> TurnTable:
-    """The namespace's TurnTable for a space, cached until the next write or delete. The store is read in one
-    snapshot taken under the cache's lock (the lock order every reader keeps: cache lock, then store)."""
+    """The namespace's TurnTable for a space, cached until the next write or delete: after adds it grows by the new
+    items (a search of a namespace being written to reads only what was added), after a delete (a new epoch) it
+    is built anew. The store is read in one snapshot taken under the cache's lock (the lock order every reader
+    keeps: cache lock, then store)."""
     store, ns = ctx.store, ctx.ns
     name = f"{space}:structure"
     with ctx.indexes.lock_for(ctx.ns), store.snapshot():
         version = (store.epoch(ns), store.last_seq(ns))
-        cached = ctx.indexes.view(ns, name, version)
-        if isinstance(cached, TurnTable):
-            return cached
-        ids = [i for i, _ in store.items_in_order(ns, space)]
-        table = TurnTable.build({i: item.meta for i, item in store.get_items(ns, ids).items()})
+        older = ctx.indexes.latest_view(ns, name)
+        if older is not None and older[0] == version and isinstance(older[1], TurnTable):
+            return older[1]
+        if older is not None and older[0][0] == version[0] and isinstance(older[1], TurnTable):
+            after = older[1].ids[-1] if older[1].ids else 0
+            new = [i for i, _ in store.items_after(ns, space, after)]
+            cited = {i: item.meta for i, item in store.get_items(ns, new).items() if item.turn_ids}
+            table = older[1].grown(cited)
+        else:
+            ids = [i for i, _ in store.items_in_order(ns, space)]
+            table = TurnTable.build({i: item.meta for i, item in store.get_items(ns, ids).items()})
         ctx.indexes.keep_view(ns, name, version, table)
         return table
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
@@ -91,19 +91,29 @@ class TurnTable:
     by_form: dict[str, frozenset[int]]  # a normalised name -> the items said by or naming it
     spans: list[list[tuple[date, date]]]  # the session date and the resolved dates of each item
     unparsed: int  # items whose timestamp did not parse
+    speakers: list[str] = field(default_factory=list)  # in order of first appearance
+    mentioned: Counter[str] = field(default_factory=Counter)  # names the items mention, with their counts
 
     @classmethod
     def build(cls, metas: dict[int, dict[str, Any]]) -> TurnTable:
+        return cls([], {}, PersonIndex(), {}, [], 0).grown(metas)
+
+    def grown(self, metas: dict[int, dict[str, Any]]) -> TurnTable:
+        """This table with the items of `metas` added, all newer (higher ids) than those it holds: what a
+        namespace appended since it was built. Equal to building the table anew from every item, for the cost of
+        the new items (and the people's clustering), not of reading and walking the whole namespace again."""
         ids = sorted(metas)
-        speakers = list(dict.fromkeys(str(metas[i].get("speaker") or "") for i in ids))
-        mentioned = Counter(name for i in ids for name in metas[i].get("people") or [])
+        if ids and self.ids and ids[0] <= self.ids[-1]:
+            raise ValueError("a turn table grows by newer items only")
+        speakers = list(dict.fromkeys([*self.speakers, *(str(metas[i].get("speaker") or "") for i in ids)]))
+        mentioned = self.mentioned + Counter(name for i in ids for name in metas[i].get("people") or [])
         # Clustering compares names pairwise: only the names that recur take part (a long haystack names hundreds
         # of things once); any other name is still matched by its own form (`about`).
         common = {name for name, _ in mentioned.most_common(MAX_CLUSTERED)}
         people = PersonIndex.build([s for s in speakers if s], [n for n in mentioned.elements() if n in common])
         by_form: dict[str, set[int]] = {}
-        spans, unparsed = [], 0
-        for pos, i in enumerate(ids):
+        spans, unparsed = list(self.spans), self.unparsed
+        for pos, i in enumerate(ids, start=len(self.ids)):
             meta = metas[i]
             for name in [str(meta.get("speaker") or ""), *(meta.get("people") or [])]:
                 form = normalise_name(name)
@@ -118,8 +128,12 @@ class TurnTable:
                 unparsed += 1
             item_spans += [(date.fromisoformat(s), date.fromisoformat(e)) for s, e, *_ in meta.get("dates") or []]
             spans.append(item_spans)
-        frozen = {form: frozenset(items) for form, items in by_form.items()}
-        return cls(ids, {item: n for n, item in enumerate(ids)}, people, frozen, spans, unparsed)
+        frozen = dict(self.by_form)
+        for form, items in by_form.items():
+            frozen[form] = frozen.get(form, frozenset()) | items
+        position = dict(self.position)
+        position.update((item, n) for n, item in enumerate(ids, start=len(self.ids)))
+        return TurnTable([*self.ids, *ids], position, people, frozen, spans, unparsed, speakers, mentioned)
 
     def about(self, people: dict[str, float], query: str) -> frozenset[int]:
         """The items said by or naming the people a question refers to: every form of each matched person (its

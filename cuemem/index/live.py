@@ -112,6 +112,16 @@ class IndexCache:
         self._account(ns)
         return cached[1]
 
+    def latest_view(self, ns: int, name: str) -> tuple[Any, object] | None:
+        """(version, view) of the view last kept under `name`, whatever its version (a view that grows in place
+        of being rebuilt starts from it)."""
+        with self._guard:
+            cached = self._views.get((ns, name))
+        if cached is None:
+            return None
+        self._account(ns)
+        return cached[0], cached[1]
+
     def keep_view(self, ns: int, name: str, version: object, view: object) -> None:
         size = approx_nbytes(view)
         with self._guard:
