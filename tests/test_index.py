@@ -48,6 +48,33 @@ def test_bm25_grows_incrementally_and_ranks_new_documents():
     assert [k for k, _ in index.search("dog", 5)] == [2]
 
 
+def test_bm25_compaction_keeps_every_score_and_holds_postings_in_less_memory():
+    """Postings are merged into a compact block as the index grows (issue 36, item 1); searching a compacted index
+    gives exactly what the same index gives uncompacted, at every size along the way."""
+    rng = np.random.default_rng(36)
+    words = [f"w{i}" for i in range(400)]
+    docs = [" ".join(rng.choice(words, size=int(rng.integers(3, 30)), p=_zipf(len(words)))) for _ in range(3000)]
+    docs += [f"{d} late{i % 7}" for i, d in enumerate(docs[:200])]  # terms first seen after compactions
+    queries = ["w0 w5 w77", "w399 late3", "w12 w12 w350", "late6", "absent words only"]
+    plain, compacted = BM25Index(compact_at=10**12), BM25Index(compact_at=500)
+    for n, text in enumerate(docs):
+        plain.add(n, text)
+        compacted.add(n, text)
+        if n % 400 == 399 or n == len(docs) - 1:
+            for q in queries:
+                assert compacted.search(q, 10) == plain.search(q, 10), (n, q)
+    assert compacted._posting_count < plain._posting_count and len(compacted._block_docs) > 0
+    compacted.compact()
+    assert compacted._posting_count == 0 and compacted.nbytes() < plain.nbytes() * 0.6
+    for q in queries:
+        assert compacted.search(q, 50) == plain.search(q, 50)
+
+
+def _zipf(n: int) -> np.ndarray:
+    weights = 1.0 / np.arange(1, n + 1)
+    return weights / weights.sum()
+
+
 def test_weighted_rrf_lets_a_strong_ranking_lead():
     lexical, semantic = ["x", "a", "b"], ["a", "b", "x"]
     assert next(key for key, _ in reciprocal_rank_fusion([lexical, semantic], k=60)) == "a"

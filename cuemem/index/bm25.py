@@ -9,33 +9,56 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from itertools import chain
 
 import numpy as np
 
 from ..store.vectors import top_k
 from .text import analyze
 
+COMPACT_AT = 50_000  # postings in the lists that trigger a compaction (and at least half as many as compacted)
+
 
 class BM25Index:
-    """An inverted index with per-term postings; `add` appends, `search` scores with numpy."""
+    """An inverted index with per-term postings; `add` appends, `search` scores with numpy.
 
-    def __init__(self, k1: float = 1.5, b: float = 0.75, analyzer: Callable[[str], list[str]] = analyze) -> None:
-        self.k1, self.b, self.analyzer = k1, b, analyzer
+    New postings go to per-term Python lists; once they are many (COMPACT_AT, and half the compacted ones) they
+    are merged into one compact block (CSR: every term's documents and term frequencies in two flat arrays, term by
+    term, 8 bytes a posting instead of ~20 in lists), so a large namespace costs less to hold (issue 36, item 1) and
+    a first search of a common term needs no copy; each merge is a few vectorised passes, O(postings) in all.
+    Compacted or not, the scores are the same."""
+
+    def __init__(
+        self,
+        k1: float = 1.5,
+        b: float = 0.75,
+        analyzer: Callable[[str], list[str]] = analyze,
+        compact_at: int = COMPACT_AT,
+    ) -> None:
+        self.k1, self.b, self.analyzer, self.compact_at = k1, b, analyzer, compact_at
         self.keys: list[int] = []
         self._lengths: list[int] = []
-        self._postings: dict[str, tuple[list[int], list[int]]] = {}
-        self._frozen: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._vocab: dict[str, int] = {}  # term -> its id, in order of first appearance
+        self._postings: dict[str, tuple[list[int], list[int]]] = {}  # added since the last compaction
+        self._frozen: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # a listed term's whole posting, as searched
+        self._offsets = np.zeros(1, dtype=np.int64)  # the block: term id t's postings are [offsets[t], offsets[t+1])
+        self._block_docs = np.zeros(0, dtype=np.int32)
+        self._block_tfs = np.zeros(0, dtype=np.float32)
         self._norm: np.ndarray | None = None  # k1 * (1 - b + b * dl / avgdl), recomputed after adds
         self._total = 0
-        self._posting_count = 0
+        self._posting_count = 0  # postings in the lists
 
     def __len__(self) -> int:
         return len(self.keys)
 
     def nbytes(self) -> int:
-        """About how much memory the index holds (for the per-namespace cache's bound, `IndexCache`): ~90 bytes a
-        term, ~56 a posting (a list slot, a boxed document number, a term frequency, a frozen copy), ~80 a doc."""
-        return 90 * len(self._postings) + 56 * self._posting_count + 80 * len(self.keys)
+        """About how much memory the index holds (for the per-namespace cache's bound, `IndexCache`), as measured
+        by RSS: ~120 bytes a term and ~150 more while it has listed postings (its two lists), ~20 a listed posting
+        (two list slots; a document's number is one shared object), the arrays of the block and of the searched
+        terms' frozen postings, ~60 a document."""
+        arrays = self._block_docs.nbytes + self._block_tfs.nbytes + self._offsets.nbytes
+        arrays += sum(d.nbytes + t.nbytes for d, t in self._frozen.values())
+        return 120 * len(self._vocab) + 150 * len(self._postings) + 20 * self._posting_count + arrays + 60 * len(self)
 
     def add(self, key: int, text: str) -> None:
         doc = len(self.keys)
@@ -46,17 +69,60 @@ class BM25Index:
         self._norm = None
         self._posting_count += len(counts)
         for term, tf in counts.items():
+            self._vocab.setdefault(term, len(self._vocab))
             docs, tfs = self._postings.setdefault(term, ([], []))
             docs.append(doc)
             tfs.append(tf)
             self._frozen.pop(term, None)
+        if self._posting_count >= max(self.compact_at, len(self._block_docs) // 2):
+            self.compact()
+
+    def compact(self) -> None:
+        """Merge the listed postings into the block: each term's block run moves to its new start, its listed
+        documents (all newer) follow it."""
+        if not self._postings:
+            return
+        old = self._offsets
+        old_counts = np.zeros(len(self._vocab), dtype=np.int64)
+        old_counts[: len(old) - 1] = np.diff(old)
+        listed = list(self._postings.values())
+        ids = np.fromiter((self._vocab[t] for t in self._postings), dtype=np.int64, count=len(listed))
+        lengths = np.fromiter((len(d) for d, _ in listed), dtype=np.int64, count=len(listed))
+        counts = old_counts.copy()
+        counts[ids] += lengths
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        docs = np.empty(int(offsets[-1]), dtype=np.int32)
+        tfs = np.empty(int(offsets[-1]), dtype=np.float32)
+        if len(self._block_docs):  # block runs, shifted to their new starts
+            at = np.arange(len(self._block_docs)) + np.repeat(offsets[: len(old) - 1] - old[:-1], np.diff(old))
+            docs[at], tfs[at] = self._block_docs, self._block_tfs
+        total = int(lengths.sum())
+        firsts = np.cumsum(lengths) - lengths  # where each term's listed run begins among the listed postings
+        at = np.repeat(offsets[ids] + old_counts[ids] - firsts, lengths) + np.arange(total)
+        docs[at] = np.fromiter(chain.from_iterable(d for d, _ in listed), dtype=np.int32, count=total)
+        tfs[at] = np.fromiter(chain.from_iterable(t for _, t in listed), dtype=np.float32, count=total)
+        self._offsets, self._block_docs, self._block_tfs = offsets, docs, tfs
+        self._postings, self._frozen, self._posting_count = {}, {}, 0
+
+    def _block_run(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        tid = self._vocab.get(term)
+        if tid is None or tid + 1 >= len(self._offsets) or self._offsets[tid] == self._offsets[tid + 1]:
+            return None
+        start, end = int(self._offsets[tid]), int(self._offsets[tid + 1])
+        return self._block_docs[start:end], self._block_tfs[start:end]
 
     def _posting(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
-        if term not in self._postings:
-            return None
+        listed = self._postings.get(term)
+        if listed is None:
+            return self._block_run(term)
         if term not in self._frozen:
-            docs, tfs = self._postings[term]
-            self._frozen[term] = (np.asarray(docs, dtype=np.int64), np.asarray(tfs, dtype=np.float32))
+            docs = np.asarray(listed[0], dtype=np.int64)
+            tfs = np.asarray(listed[1], dtype=np.float32)
+            run = self._block_run(term)
+            if run is not None:
+                docs, tfs = np.concatenate([run[0], docs]), np.concatenate([run[1], tfs])
+            self._frozen[term] = (docs, tfs)
         return self._frozen[term]
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
