@@ -184,7 +184,7 @@ def phase_bulk(target: str, n: int, batch: int) -> dict:
             vector_s += time.perf_counter() - v0
             rows = [(ids[t.id], text_hash(d), v) for t, d, v in zip(added, docs, vectors, strict=True)]
             store.put_vectors(ns, SPACE, memory.embedder.name, rows)
-            with store.transaction():
+            with store.transaction(ns):
                 store.set_watermark(ns, memory._progress_key(hybrid), max(t.seq or 0 for t in added))
         seconds = time.perf_counter() - start
         mark_shared(memory)
