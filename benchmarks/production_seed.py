@@ -199,11 +199,15 @@ def seed_worker(
                     where = [offsets[i] + lo + j for j in range(len(part))]
                     yield Chunk(i, turns, bases, docs, vectors.of(docs, where, bases))
 
+        store.hnsw_threshold = 2**62  # HNSW indexes are built after the bulk load (seed), not row by row
+
         def write(group: list[Chunk]) -> None:
-            """One transaction (one commit, one turn of the writer lock) for the group's chunks."""
-            with store.transaction():
+            """One transaction (one commit) for the group's chunks, holding their namespaces' writer locks (each
+            worker seeds namespaces of its own, so workers never wait for each other)."""
+            nss = {c.index: store.namespace_id(memory.namespace(user_of(c.index)), create=True) for c in group}
+            with store.transaction(nss[group[0].index]):
                 for c in group:
-                    ns = store.namespace_id(memory.namespace(user_of(c.index)), create=True)
+                    ns = nss[c.index]
                     added = store.append_turns(ns, c.turns).added
                     assert len(added) == len(c.turns), f"namespace {c.index}: {len(added)} of {len(c.turns)} new"
                     store.put_items(
@@ -318,6 +322,13 @@ def seed(dsn: str, sizes: list[int], embedder: str, workers: int, batch: int) ->
             jobs = [pool.submit(seed_worker, dsn, sizes, (w, workers), embedder, batch, cache) for w in range(workers)]
             done = [job.result() for job in jobs]
     loaded = time.perf_counter() - start
+    with Memory(dsn, engine="hybrid", embedder=embedder) as memory:  # each large namespace's HNSW index, once
+        store = memory.store
+        for namespace, count in store.namespaces():
+            if count >= store.hnsw_threshold:
+                store.build_vector_index(
+                    store.namespace_id(namespace), "turn", memory.embedder.name, memory.embedder.dim
+                )
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ANALYZE")
     seconds = time.perf_counter() - start
