@@ -131,12 +131,14 @@ def _tail(log: Path, lines: int = 30) -> str:
         return f"(no log at {log})"
 
 
-def warm_up(url: str, token: str) -> None:
-    """One write and one search, so model loading is not counted as the first clients' latency."""
+def warm_up(url: str, token: str, *, forget: bool = True) -> None:
+    """One write and one search, so model loading is not counted as the first clients' latency; with `forget`, the
+    warm-up user is deleted after (a delete schedules the store's scrub of the tables it touched)."""
     with httpx.Client(base_url=url, headers={"X-API-Key": token}, timeout=300) as c:
         c.post("/v1/memories", json={"messages": [{"id": "warm", "text": "warming up the embedder"}]})
         c.get("/v1/memories/search", params={"q": "warming up"})
-        c.delete("/v1/users/warmup")
+        if forget:
+            c.delete("/v1/users/warmup")
 
 
 class Fleet:

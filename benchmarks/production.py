@@ -308,8 +308,8 @@ def run_load(
     try:
         for i in range(servers):
             fleet.start(i)
-        for url in fleet.urls:
-            warm_up(url, shared_token(keys))
+        for url in fleet.urls:  # no delete after: its scrub would VACUUM FULL the shared tables (minutes at 1M)
+            warm_up(url, shared_token(keys), forget=False)
         stop = threading.Event()
         clients = [
             Worker(fleet, n % servers, n, shared, choose(n), load["write_fraction"], stop) for n in range(args.clients)
