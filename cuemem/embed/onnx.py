@@ -132,8 +132,12 @@ class OnnxEmbedder:
         scale = np.float32(manifest.get("embed_scale", 1.0))
         pad = int(manifest.get("pad_token_id", 0))
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            chosen = order[start : start + self.batch_size]
+        # Dynamic int8 quantises each call's activations with one range for the whole batch, so a text's vector
+        # would depend on its batch-mates (and their padding): quantised variants embed one text a call, which
+        # costs nothing measurable (docs/benchmarks/models.md) and keeps a text's vector the same in any batch.
+        size = self.batch_size if self.variant == "fp32" else 1
+        for start in range(0, len(order), size):
+            chosen = order[start : start + size]
             width = max(len(ids[i]) for i in chosen)
             batch = np.full((len(chosen), width), pad, dtype=np.int64)
             mask = np.zeros((len(chosen), width), dtype=np.int64)
