@@ -13,8 +13,15 @@ import numpy as np
 import pytest
 
 from cuemem.config import Settings
-from cuemem.embed import MatryoshkaEmbedder, OnnxEmbedder, SentenceTransformerEmbedder, embed_query, make_embedder
-from cuemem.embed import onnx_cache, onnx_select
+from cuemem.embed import (
+    MatryoshkaEmbedder,
+    OnnxEmbedder,
+    SentenceTransformerEmbedder,
+    embed_query,
+    make_embedder,
+    onnx_cache,
+    onnx_select,
+)
 from cuemem.errors import EmbeddingError
 from cuemem.models import get_spec, is_fetched, model_dir
 

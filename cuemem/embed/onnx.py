@@ -52,7 +52,7 @@ def _open(folder: Path, variant: str, threads: int) -> tuple[Any, Any, np.ndarra
             manifest = onnx_cache.read_manifest(folder, variant) or {}
             tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
             tokenizer.no_padding()
-            tokenizer.enable_truncation(int(manifest.get("max_seq_length", 2048)))
+            tokenizer.enable_truncation(int(manifest.get("max_seq_length") or 2048))
             options = ort.SessionOptions()
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1

@@ -87,8 +87,8 @@ def _export(folder: Path, out: Path, say: Say) -> dict[str, Any]:
         str(folder), device="cpu", local_files_only=True, model_kwargs={"attn_implementation": "eager"}
     )
     model.eval()
-    transformer = model[0].auto_model
-    table = transformer.get_input_embeddings()
+    transformer: Any = model[0].auto_model
+    table: Any = transformer.get_input_embeddings()
     scale = float(getattr(table, "scalar_embed_scale", 1.0))
     weights = table.weight.detach().to(torch.float32).numpy()
     say(f"writing the token table ({weights.nbytes / 1e6:,.0f} MB)")
@@ -114,8 +114,8 @@ def _export(folder: Path, out: Path, say: Say) -> dict[str, Any]:
         )
     return {
         "embed_scale": scale,
-        "max_seq_length": int(model.max_seq_length),
-        "dim": int(model.get_sentence_embedding_dimension() or 0),
+        "max_seq_length": int(model.max_seq_length or 0),
+        "dim": int(getattr(model, "get_embedding_dimension", model.get_sentence_embedding_dimension)() or 0),
         "pad_token_id": int(model.tokenizer.pad_token_id or 0),
         "torch": torch.__version__,
     }
@@ -169,7 +169,9 @@ def convert(folder: Path, *, variant: str = "fp32", force: bool = False, say: Sa
         import onnx  # noqa: F401
         import torch  # noqa: F401
     except ImportError as exc:
-        raise EmbeddingError("the ONNX conversion needs torch and onnx: pip install 'cuemem[local,onnx-export]'") from exc
+        raise EmbeddingError(
+            "the ONNX conversion needs torch and onnx: pip install 'cuemem[local,onnx-export]'"
+        ) from exc
     started = time.perf_counter()
     say("hashing the source files")
     sources = onnx_cache.source_hashes(folder)
@@ -218,4 +220,6 @@ def _rename_graph(src: Path, out: Path) -> None:
     graph = onnx.load(str(src))
     for leftover in src.parent.glob(src.name + "*"):
         leftover.unlink()
-    onnx.save_model(graph, str(out), save_as_external_data=True, all_tensors_to_one_file=True, location=out.name + ".data")
+    onnx.save_model(
+        graph, str(out), save_as_external_data=True, all_tensors_to_one_file=True, location=out.name + ".data"
+    )

@@ -3,8 +3,9 @@
 `CUEMEM_EMBED_RUNTIME` decides: `auto` (default) takes ONNX Runtime when `cuemem models convert` has written a
 conversion of the installed files, else sentence-transformers on torch with one log line saying how to convert;
 `onnx` requires the conversion (a clear error without it); `torch` never uses ONNX. Of the converted variants the
-chosen one comes first (`PREFERRED`, measured in docs/benchmarks/models.md). A variant whose vectors are not the
-torch ones (int8: mean cosine 0.996) has its own name, so the stored vectors of the two are never mixed.
+chosen one comes first (`PREFERRED`, measured in docs/benchmarks/models.md; `CUEMEM_ONNX_VARIANT` pins one). A
+variant whose vectors are not the torch ones (int8: mean cosine 0.997) has its own name, so the stored vectors of
+the two are never mixed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .onnx import OnnxEmbedder, onnx_available
 log = logging.getLogger("cuemem")
 
 RUNTIME_ENV = "CUEMEM_EMBED_RUNTIME"
+VARIANT_ENV = "CUEMEM_ONNX_VARIANT"  # int8 or fp32: only that variant (benchmarks/embedder_runtime.py compares them)
 RUNTIMES = ("auto", "onnx", "torch")
 PREFERRED = ("int8", "fp32")  # the measured choice first (docs/benchmarks/models.md, "EmbeddingGemma's runtime")
 _WARNED: set[str] = set()
@@ -55,7 +57,10 @@ def onnx_embedder(
             raise
         return None  # not fetched: the torch embedder says how to fetch it when it is first used
     reasons = []
-    for variant in PREFERRED:
+    pinned = os.environ.get(VARIANT_ENV, "").strip().lower()
+    if pinned and pinned not in PREFERRED:
+        raise CuememError(f"{VARIANT_ENV}={pinned!r}: choose {', '.join(PREFERRED)}")
+    for variant in [pinned] if pinned else PREFERRED:
         reason = onnx_available(folder, variant)
         if reason is None:
             return OnnxEmbedder(variant_name(spec.name, variant), lambda: folder, dim, variant=variant, **options)
