@@ -42,6 +42,7 @@ def _fake_conversion(folder: Path, variant: str) -> Path:
     with onnx_cache.staging(folder, variant) as stage:
         (stage / onnx_cache.GRAPH).write_bytes(b"graph")
         (stage / onnx_cache.TABLE).write_bytes(b"table")
+        (stage / onnx_cache.TOKENIZER).write_bytes(b"{}")
         manifest = {
             "format": onnx_cache.FORMAT,
             "variant": variant,

@@ -9,8 +9,11 @@ loads neither torch, transformers nor sentence-transformers: a CLI search starts
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -40,6 +43,13 @@ def threads_default() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _release_freed_memory() -> None:
+    """Hand the C heap's freed pages back to the system (glibc's malloc_trim); nothing elsewhere."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def _open(folder: Path, variant: str, threads: int) -> tuple[Any, Any, np.ndarray, dict[str, Any]]:
     """Tokenizer, session, token table and manifest of a converted model, loaded once per process."""
     target = onnx_cache.variant_dir(folder, variant)
@@ -50,7 +60,9 @@ def _open(folder: Path, variant: str, threads: int) -> tuple[Any, Any, np.ndarra
             from tokenizers import Tokenizer
 
             manifest = onnx_cache.read_manifest(folder, variant) or {}
-            tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+            compact = target / onnx_cache.TOKENIZER
+            tokenizer = Tokenizer.from_file(str(compact if compact.is_file() else folder / "tokenizer.json"))
+            _release_freed_memory()  # what parsing the tokenizer's JSON left behind (~180 MB)
             tokenizer.no_padding()
             tokenizer.enable_truncation(int(manifest.get("max_seq_length") or 2048))
             options = ort.SessionOptions()

@@ -1,10 +1,10 @@
 """Where converted ONNX models live and whether they still match their source (docs/models.md).
 
 A conversion of the model folder `M` lives in `M/onnx/<variant>/`: `model.onnx` (+ `model.onnx.data`), the token
-table `embeddings.npy` and `manifest.json`, which records the sha256, size and mtime of every source file the
-conversion read. A converted folder is written in a staging folder and renamed into place, so it is complete or
-absent; `check` says why one cannot be used (missing, or a source changed since), cheaply: a source whose size
-and mtime are unchanged is not hashed again.
+table `embeddings.npy`, a compact copy of the tokenizer and `manifest.json`, which records the sha256, size and
+mtime of every source file the conversion read. A converted folder is written in a staging folder and renamed into
+place, so it is complete or absent; `check` says why one cannot be used (missing, or a source changed since),
+cheaply: a source whose size and mtime are unchanged is not hashed again.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-FORMAT = 1
+FORMAT = 2
 VARIANTS = ("int8", "fp32")
 GRAPH = "model.onnx"
 TABLE = "embeddings.npy"
+TOKENIZER = "tokenizer.json"  # the model's own, written compactly (onnx_convert._compact_tokenizer)
 MANIFEST = "manifest.json"
 # What the conversion reads from a sentence-transformers folder (those present are recorded).
 SOURCES = (
