@@ -56,7 +56,7 @@ def dev_documents(n: int) -> list[str]:
     from cuemem.config import Settings
     from cuemem.engines.baselines import turn_document
 
-    path = Path(Settings().datasets or ROOT / "datasets") / "locomo" / "locomo10.json"
+    path = Path(Settings.load().datasets or ROOT / "datasets") / "locomo" / "locomo10.json"
     docs = [turn_document(t) for c in load_locomo(path) if c.id in LOCOMO_DEV for t in c.turns]
     step = max(1, len(docs) // n)
     return docs[::step][:n]
@@ -70,7 +70,7 @@ def child(runtime: str, docs_file: str, vectors_file: str) -> None:
     from cuemem.embed import embed_query, make_embedder
 
     out: dict = {"runtime": runtime, "loadavg_before": loadavg()}
-    embedder = make_embedder(Settings())
+    embedder = make_embedder(Settings.load())
     if "torch" in runtime:
         import torch
 
@@ -135,14 +135,16 @@ def cli_search(runtime: str, repeats: int) -> dict:
 
 
 def recall(spec: str) -> tuple[str, dict]:
-    """NAME=DIR: recall@5/@10 of each engine in DIR/results.json (a `cuemem bench locomo` run)."""
+    """NAME=DIR: each engine's recall@5/@10 and ingest cost in DIR/results.json (a `cuemem bench locomo` run)."""
     name, folder = spec.split("=", 1)
     data = json.loads((Path(folder) / "results.json").read_text())
-    engines = data.get("engines", data)
     out = {}
-    for engine, result in engines.items():
-        overall = result.get("overall", result) if isinstance(result, dict) else {}
-        out[engine] = {k: overall[k] for k in ("recall@5", "recall@10", "questions") if k in overall}
+    for engine, result in data["engines"].items():
+        retrieval, cost = result["retrieval"], result.get("cost", {})
+        out[engine] = {k: round(retrieval[k], 4) for k in ("recall@5", "recall@10", "ndcg@10")}
+        out[engine]["questions"] = retrieval["questions"]
+        out[engine]["ingest_turns_per_s"] = round(cost.get("turns_per_s", 0.0), 1)
+        out[engine]["peak_rss_mb"] = round(cost.get("peak_rss_mb", 0.0))
     return name, out
 
 
