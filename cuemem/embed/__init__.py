@@ -72,16 +72,20 @@ def make_embedder(settings: Settings) -> Embedder:
     full: SentenceTransformerEmbedder | OnnxEmbedder | None = onnx_embedder(spec, locate, dim, common)
     if full is None:
         full = SentenceTransformerEmbedder(spec.name, locate, dim, batch_size=settings.embed_batch_size, **common)
-    return _cut(full, settings.embed_dim, tuple(spec.options.get("dims", ())))  # type: ignore[arg-type]
+    return _cut(full, settings.embed_dim, tuple(spec.options.get("dims", ())), spec.name)  # type: ignore[arg-type]
 
 
-def _cut(embedder: SentenceTransformerEmbedder | OnnxEmbedder, dim: int, allowed: tuple[int, ...]) -> Embedder:
-    """The embedder itself at its full size (`embed_dim` 0 or equal to it), else a Matryoshka cut."""
+def _cut(
+    embedder: SentenceTransformerEmbedder | OnnxEmbedder, dim: int, allowed: tuple[int, ...], model: str = ""
+) -> Embedder:
+    """The embedder itself at its full size (`embed_dim` 0 or equal to it), else a Matryoshka cut; errors name
+    `model` (the registered name, whichever runtime runs it)."""
+    model = model or embedder.name
     if not dim or dim == embedder.dim:
         return embedder
     if allowed and dim not in allowed:
         dims = "/".join(str(d) for d in allowed)
-        raise CuememError(f"embed_dim {dim} is not one {embedder.name} was trained for ({dims})")
+        raise CuememError(f"embed_dim {dim} is not one {model} was trained for ({dims})")
     if not allowed:
-        raise CuememError(f"embed_dim is for Matryoshka models (embeddinggemma); {embedder.name} has {embedder.dim}")
+        raise CuememError(f"embed_dim is for Matryoshka models (embeddinggemma); {model} has {embedder.dim}")
     return MatryoshkaEmbedder(embedder, dim)
