@@ -217,3 +217,17 @@ def test_the_tokenizers_library_tokenizes_as_sentence_transformers_does():
     for text in texts:
         expected = reference(text, truncation="longest_first", max_length=2048)["input_ids"]
         assert ours.encode(text).ids == expected
+
+
+def test_cuemem_models_convert_is_a_no_op_when_up_to_date_and_checks_its_options(fake_gemma):
+    from typer.testing import CliRunner
+
+    from cuemem.cli import app
+
+    runner = CliRunner()
+    _fake_conversion(fake_gemma, "int8")
+    done = runner.invoke(app, ["models", "convert", "embeddinggemma", "--runtime", "onnx"])
+    assert done.exit_code == 0 and "up to date" in done.output and str(fake_gemma / "onnx" / "int8") in done.output
+    assert runner.invoke(app, ["models", "convert", "embeddinggemma", "--quantize", "int4"]).exit_code == 1
+    assert runner.invoke(app, ["models", "convert", "embeddinggemma", "--runtime", "tensorrt"]).exit_code == 1
+    assert runner.invoke(app, ["models", "convert", "minilm"]).exit_code == 1
