@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 	$(VENV)/bin/cuemem models fetch embeddinggemma
 	$(VENV)/bin/cuemem models fetch qwen2.5-coder-0.5b
-	# The default embedder's runtime: EmbeddingGemma converted once to ONNX, int8 (about a minute; a no-op once
+	# The default embedder's runtime: EmbeddingGemma converted once to ONNX, int8 (1-2 minutes; a no-op once
 	# done): searches then load no torch (docs/benchmarks/models.md, "EmbeddingGemma's runtime").
 	$(VENV)/bin/cuemem models convert embeddinggemma --runtime onnx --quantize int8
 	# The local models' one-time conversion (GGUF to a cached safetensors copy: minutes on a loaded machine), here
