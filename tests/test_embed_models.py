@@ -31,7 +31,8 @@ class Asymmetric(HashingEmbedder):
         return self.embed([f"question {t}" for t in texts])
 
 
-def test_embedders_by_name():
+def test_embedders_by_name(monkeypatch):
+    monkeypatch.setenv("CUEMEM_EMBED_RUNTIME", "torch")  # the names on ONNX Runtime: tests/test_embed_onnx.py
     assert isinstance(make_embedder(Settings(embedder="minilm")), MiniLMEmbedder)
     assert isinstance(make_embedder(Settings(embedder="all-minilm-l6-v2")), MiniLMEmbedder)
     assert make_embedder(Settings(embedder="hashing")).name == "hashing-512"

@@ -109,3 +109,31 @@ def models_remove(name: NameArg) -> None:
         say(f"removed {spec.name} from {models_registry.model_dir(spec).parent}")
     else:
         say(f"{spec.name} is not fetched: nothing to remove")
+
+
+@models_app.command("convert")
+@handles_errors
+def models_convert(
+    name: Annotated[str, typer.Argument(help="A fetched embedder (embeddinggemma).")],
+    runtime: Annotated[str, typer.Option("--runtime", help="The runtime to convert for: onnx.")] = "onnx",
+    quantize: Annotated[
+        str, typer.Option("--quantize", help="int8 (the default embedder's choice) or none (fp32, torch's vectors).")
+    ] = "int8",
+    force: Annotated[bool, typer.Option("--force", help="Convert again even when up to date.")] = False,
+) -> None:
+    """Convert a fetched embedder for ONNX Runtime (about a minute; needs torch and onnx once): the default
+    embedder then runs on it, without torch (docs/models.md). Cached beside the model; a no-op when up to date."""
+    from ..embed.onnx_convert import convert
+    from ..errors import CuememError
+
+    spec = models_registry.get_spec(name)
+    if runtime.strip().lower() != "onnx":
+        raise CuememError(f"unknown runtime {runtime!r}: choose onnx")
+    if not spec.options.get("onnx"):
+        raise CuememError(f"{spec.name} has no ONNX conversion (only: embeddinggemma-300m)")
+    variant = {"int8": "int8", "none": "fp32", "fp32": "fp32"}.get(quantize.strip().lower())
+    if variant is None:
+        raise CuememError(f"unknown quantisation {quantize!r}: choose int8 or none")
+    folder = models_registry.fetched_path(spec.name)
+    path = convert(folder, variant=variant, force=force, say=lambda text: say(text, to=err, style="dim"))
+    say(str(path))

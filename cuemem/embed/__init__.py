@@ -4,6 +4,7 @@ sentence-transformers folder, any OpenAI-compatible endpoint, and model-free has
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..config import Settings
 from ..errors import CuememError, EmbeddingError
@@ -11,6 +12,8 @@ from ..models import ModelError, acknowledge_license, fetched_path, get_spec
 from .base import Embedder, embed_query
 from .hashing import HashingEmbedder
 from .minilm import MiniLMEmbedder
+from .onnx import OnnxEmbedder
+from .onnx_select import onnx_embedder
 from .openai import OpenAIEmbedder
 from .sentence import MatryoshkaEmbedder, SentenceTransformerEmbedder, folder_embedder
 
@@ -19,6 +22,7 @@ __all__ = [
     "HashingEmbedder",
     "MatryoshkaEmbedder",
     "MiniLMEmbedder",
+    "OnnxEmbedder",
     "OpenAIEmbedder",
     "SentenceTransformerEmbedder",
     "embed_query",
@@ -58,26 +62,30 @@ def make_embedder(settings: Settings) -> Embedder:
         except ModelError as exc:
             raise EmbeddingError(str(exc)) from None
 
-    full = SentenceTransformerEmbedder(
-        spec.name,
-        locate,
-        int(spec.options["dim"]),  # type: ignore[call-overload]
-        query_prompt=str(spec.options.get("query_prompt", "")),
-        document_prompt=str(spec.options.get("document_prompt", "")),
-        bm25_weight=float(spec.options.get("bm25_weight", 1.0)),  # type: ignore[arg-type]
-        batch_size=settings.embed_batch_size,
-        on_load=lambda: acknowledge_license(spec),
-    )
-    return _cut(full, settings.embed_dim, tuple(spec.options.get("dims", ())))  # type: ignore[arg-type]
+    common: dict[str, Any] = {
+        "query_prompt": str(spec.options.get("query_prompt", "")),
+        "document_prompt": str(spec.options.get("document_prompt", "")),
+        "bm25_weight": float(spec.options.get("bm25_weight", 1.0)),  # type: ignore[arg-type]
+        "on_load": lambda: acknowledge_license(spec),
+    }
+    dim = int(spec.options["dim"])  # type: ignore[call-overload]
+    full: SentenceTransformerEmbedder | OnnxEmbedder | None = onnx_embedder(spec, locate, dim, common)
+    if full is None:
+        full = SentenceTransformerEmbedder(spec.name, locate, dim, batch_size=settings.embed_batch_size, **common)
+    return _cut(full, settings.embed_dim, tuple(spec.options.get("dims", ())), spec.name)  # type: ignore[arg-type]
 
 
-def _cut(embedder: SentenceTransformerEmbedder, dim: int, allowed: tuple[int, ...]) -> Embedder:
-    """The embedder itself at its full size (`embed_dim` 0 or equal to it), else a Matryoshka cut."""
+def _cut(
+    embedder: SentenceTransformerEmbedder | OnnxEmbedder, dim: int, allowed: tuple[int, ...], model: str = ""
+) -> Embedder:
+    """The embedder itself at its full size (`embed_dim` 0 or equal to it), else a Matryoshka cut; errors name
+    `model` (the registered name, whichever runtime runs it)."""
+    model = model or embedder.name
     if not dim or dim == embedder.dim:
         return embedder
     if allowed and dim not in allowed:
         dims = "/".join(str(d) for d in allowed)
-        raise CuememError(f"embed_dim {dim} is not one {embedder.name} was trained for ({dims})")
+        raise CuememError(f"embed_dim {dim} is not one {model} was trained for ({dims})")
     if not allowed:
-        raise CuememError(f"embed_dim is for Matryoshka models (embeddinggemma); {embedder.name} has {embedder.dim}")
+        raise CuememError(f"embed_dim is for Matryoshka models (embeddinggemma); {model} has {embedder.dim}")
     return MatryoshkaEmbedder(embedder, dim)

@@ -127,6 +127,8 @@ _register(
             "document_prompt": "title: none | text: ",
             # Measured on LoCoMo (docs/models.md, BENCHMARKS.md): equal-weight fusion with BM25 loses recall.
             "bm25_weight": 0.2,
+            # `cuemem models convert embeddinggemma --runtime onnx` makes ONNX Runtime its runtime (docs/models.md).
+            "onnx": True,
         },
         files={
             "1_Pooling/config.json": "35bbd47d7fdf1e378db6130bcc668b09d1aa67a7bbf7c8f89a9c71f4cc8ebcc6",
