@@ -27,11 +27,12 @@ Ranked = list[tuple[int, float]]
 
 
 def _readings(ctx: EngineContext, space: str, ids: Sequence[int]) -> dict[int, tuple[Item, Statement]]:
-    """Each item's reading, cached for the namespace's current version (any write or delete drops the cache)."""
+    """Each item's reading, cached for the namespace's epoch: an item never changes once written, so adds keep the
+    readings (a search of a namespace being written to would read them all again), a delete drops them."""
     store, ns = ctx.store, ctx.ns
     name = f"{space}:revisions"
     with ctx.indexes.lock_for(ctx.ns), store.snapshot():
-        version = (store.epoch(ns), store.last_seq(ns))
+        version = store.epoch(ns)
         cached = ctx.indexes.view(ns, name, version)
         cache: dict[int, tuple[Item, Statement]] = cached if isinstance(cached, dict) else {}
         if not isinstance(cached, dict):

@@ -303,11 +303,14 @@ class PersonIndex:
                 seen_speakers.add(key)
                 index.persons.append(Person(name=label, aliases={label}, speaker=True))
         surfaces: dict[str, Counter[str]] = {}
+        read: dict[str, tuple[str, str]] = {}  # a mention -> (surface, key): a name recurs, its reading does not change
         for raw in list(mentioned or ())[: 50 * _MAX_FORMS]:
             if not isinstance(raw, str):
                 continue
-            surface, _ = _strip_possessive(raw.strip()[:_MAX_NAME])
-            key = normalise_name(surface)
+            if raw not in read:
+                surface, _ = _strip_possessive(raw.strip()[:_MAX_NAME])
+                read[raw] = (surface, normalise_name(surface))
+            surface, key = read[raw]
             if key:
                 surfaces.setdefault(key, Counter())[surface] += 1
         # Full names first, then frequent and long forms: they anchor the people shorter forms attach to.
