@@ -2,7 +2,7 @@
 
     cuemem models convert embeddinggemma --runtime onnx --quantize none    # the fp32 conversion
     cuemem models convert embeddinggemma --runtime onnx --quantize int8    # the int8 one (the default's)
-    python benchmarks/embedder_runtime.py --out benchmarks/results/embedder-runtime.json \\
+    python benchmarks/embedder_runtime.py --out bench-out/embedder-runtime.json \\
         --recall torch=bench-out/locomo-dev-torch --recall onnx-int8=bench-out/locomo-dev-onnx
 
 Each runtime runs in a fresh process (`CUEMEM_EMBED_RUNTIME`, `CUEMEM_ONNX_VARIANT`) on 2 threads:
