@@ -153,11 +153,12 @@ class Indexer:
         _, vectors = embed_texts_cached(embedder, list(todo.values()), lambda hs: {})
         fresh = dict(zip(todo, vectors, strict=True))
         for ns, ahead, hashes in jobs:
+            mine = [(t, h) for t, h in zip(ahead, hashes, strict=True) if h in fresh]
+            if not mine:  # all of this namespace's texts were cached already: no write
+                continue
             with self.store.transaction(ns):
-                logged = self.store.seqs_of(ns, [t.id for t in ahead])
-                rows = {
-                    h: fresh[h] for t, h in zip(ahead, hashes, strict=True) if h in fresh and logged.get(t.id) == t.seq
-                }
+                logged = self.store.seqs_of(ns, [t.id for t, _ in mine])
+                rows = {h: fresh[h] for t, h in mine if logged.get(t.id) == t.seq}
                 if rows:
                     self.store.cache_embeddings(ns, embedder.name, list(rows.items()))
         return len(todo)

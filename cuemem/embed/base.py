@@ -20,6 +20,25 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
+class Prompted:
+    """An embedder whose documents and queries get their own prompts (EmbeddingGemma's asymmetric use): `embed` and
+    `embed_query` are `_encode` with the matching prompt."""
+
+    document_prompt: str = ""
+    query_prompt: str = ""
+
+    def _encode(self, texts: Sequence[str], prompt: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Document vectors (the model's document prompt, if any)."""
+        return self._encode(texts, self.document_prompt)
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        """Query vectors (the model's query prompt, if any)."""
+        return self._encode(texts, self.query_prompt)
+
+
 def normalize(matrix: np.ndarray) -> np.ndarray:
     matrix = np.asarray(matrix, dtype=np.float32)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import EmbeddingError
 from . import onnx_cache
-from .base import normalize
+from .base import Prompted, normalize
 
 log = logging.getLogger("cuemem")
 
@@ -81,7 +81,7 @@ def _open(folder: Path, variant: str, threads: int) -> tuple[Any, Any, np.ndarra
         return _SESSIONS[key]
 
 
-class OnnxEmbedder:
+class OnnxEmbedder(Prompted):
     """A converted sentence-transformers model on ONNX Runtime (CPU); loads lazily on the first call.
 
     `locate` returns the model folder (its `onnx/<variant>` holds the conversion); `name` tags stored vectors. It
@@ -125,14 +125,6 @@ class OnnxEmbedder:
                     self._on_load()
                 self._loaded = _open(folder, self.variant, self.threads)
         return self._loaded
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Document vectors (the model's document prompt, if any)."""
-        return self._encode(texts, self.document_prompt)
-
-    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
-        """Query vectors (the model's query prompt, if any)."""
-        return self._encode(texts, self.query_prompt)
 
     def _encode(self, texts: Sequence[str], prompt: str) -> np.ndarray:
         if not texts:

