@@ -6,6 +6,7 @@ seconds of VACUUM FULL per table (each table is locked ACCESS EXCLUSIVE for its 
     python benchmarks/delete_to_disk.py latency --store sqlite --turns 2000 --reps 5
     python benchmarks/delete_to_disk.py latency --store postgres --turns 2000 --reps 2
     python benchmarks/delete_to_disk.py pg-cost --turns 10000,100000
+    python benchmarks/delete_to_disk.py pg-scrub postgresql://... --probes 3   # an existing store, e.g. 1M turns
 
 PostgreSQL is a throwaway pgserver instance in a temporary folder (pip install pgserver). Results go to stdout as
 JSON lines and a summary; docs/benchmarks/forgetting.md keeps the figures.
@@ -164,13 +165,12 @@ def bulk_load(memory: Memory, n: int, batch: int = 2000) -> None:
 
 
 def pg_cost(sizes: list[int]) -> list[dict[str, Any]]:
-    """Per size: a fresh database with that many turns (items and vectors, an HNSW index past 20k), one turn
-    deleted, then the scrub's statements timed one by one (VACUUM FULL of each table that held deleted rows, then
-    CHECKPOINT): each table is locked ACCESS EXCLUSIVE for its own VACUUM FULL only."""
+    """Per size: a fresh database with that many turns in one namespace (items and vectors, an HNSW index past
+    20k), one turn deleted, then the scrub's statements timed one by one (VACUUM FULL of each partition that held
+    deleted rows, then CHECKPOINT): each partition is locked ACCESS EXCLUSIVE for its own VACUUM FULL only."""
     import psycopg
 
-    from cuemem.store.postgres_schema import TEXT_TABLES
-    from cuemem.store.sql import TURN_DELETE_TABLES
+    from cuemem.store.postgres import _in_table_order
 
     pg = Pg()
     out = []
@@ -182,13 +182,8 @@ def pg_cost(sizes: list[int]) -> list[dict[str, Any]]:
         bulk_load(memory, n)
         load_s = time.perf_counter() - start
         memory.delete("f1", user_id="bench")
-        tables: dict[str, dict[str, float]] = {}
+        tables = vacuum_timed(dsn, _in_table_order(memory.store._scrubber._tables))  # type: ignore[attr-defined]
         with psycopg.connect(dsn, autocommit=True) as conn:
-            for table in [t for t in TEXT_TABLES if t in TURN_DELETE_TABLES]:
-                size = conn.execute("SELECT pg_total_relation_size(%s)", (f"cuemem.{table}",)).fetchone()[0]
-                t0 = time.perf_counter()
-                conn.execute(f"VACUUM FULL cuemem.{table}")
-                tables[table] = {"mb": round(size / 2**20, 1), "seconds": round(time.perf_counter() - t0, 3)}
             t0 = time.perf_counter()
             conn.execute("CHECKPOINT")
             checkpoint_s = time.perf_counter() - t0
@@ -207,6 +202,107 @@ def pg_cost(sizes: list[int]) -> list[dict[str, Any]]:
     return out
 
 
+def vacuum_timed(dsn: str, tables: list[str]) -> dict[str, dict[str, float]]:
+    """VACUUM FULL of each of `tables` (cuemem's tables or partitions), timed: its size before and its seconds."""
+    import psycopg
+
+    timed = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in tables:
+            size = conn.execute("SELECT pg_total_relation_size(%s)", (f"cuemem.{table}",)).fetchone()[0]
+            t0 = time.perf_counter()
+            conn.execute(f"VACUUM FULL cuemem.{table}")
+            timed[table] = {"mb": round(size / 2**20, 1), "seconds": round(time.perf_counter() - t0, 3)}
+    return timed
+
+
+def scrub_probed(
+    memory: Memory, where: dict[str, str], elsewhere: dict[str, str], nearby: dict[str, str]
+) -> tuple[list[str], float, list[float], list[float]]:
+    """Add a turn to `where` and delete it; time the scrub while `elsewhere` is searched in a loop and `nearby` once:
+    the partitions rewritten, the scrub's seconds, and the searches' seconds."""
+    import threading
+
+    store: Any = memory.store
+    probe = f"scrub-probe-{secrets.token_hex(4)}"
+    memory.add({"id": probe, "text": f"a secret to forget {probe}"}, **where)
+    memory.delete(probe, **where)
+    pending = sorted(store._scrubber._tables)
+    latencies: list[float] = []
+    blocked: list[float] = []
+    stop = threading.Event()
+
+    def search_elsewhere() -> None:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            memory.search("hotel near the river", **elsewhere)
+            latencies.append(time.perf_counter() - t0)
+            time.sleep(0.05)
+
+    def search_nearby() -> None:
+        time.sleep(0.5)
+        t0 = time.perf_counter()
+        memory.search("hotel near the river", **nearby)
+        blocked.append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=search_elsewhere), threading.Thread(target=search_nearby)]
+    for thread in threads:
+        thread.start()
+    t0 = time.perf_counter()
+    assert store._scrubber.flush(), "the scrub left rows behind"
+    scrub_s = time.perf_counter() - t0
+    stop.set()
+    for thread in threads:
+        thread.join()
+    return pending, scrub_s, latencies, blocked
+
+
+def scope(namespace: Any) -> dict[str, str]:
+    return {"user_id": namespace.user_id, "agent_id": namespace.agent_id, "run_id": namespace.run_id}
+
+
+def pg_scrub(dsn: str, probes: int) -> dict[str, Any]:
+    """On an existing store (production.py's 1M turns over 10,000 namespaces): open it (a schema-1 store is
+    migrated to partitions first: timed), then for the largest namespace and `probes` - 1 others: add one turn,
+    delete it, and time the store's own scrub (`flush`) while a namespace in another partition is searched in a
+    loop and one in the same partition is searched once: what waits for the scrub and what does not. The store's
+    rows are the same afterwards (each probe deletes the turn it added)."""
+
+    start = time.perf_counter()
+    memory = Memory(dsn, engine="bm25", embedder=HashingEmbedder(), scrub_after_s=3600)
+    open_s = time.perf_counter() - start
+    store: Any = memory.store
+    sizes = store._query("SELECT ns, COUNT(*) FROM turns GROUP BY ns ORDER BY 2 DESC")
+    rows = store._query("SELECT id, user_id, agent_id, run_id FROM namespaces")
+    names = {int(i): store._namespace(u, a, r) for i, u, a, r in rows}
+    step = max(1, len(sizes) // max(1, probes))
+    chosen = [int(sizes[i][0]) for i in range(0, len(sizes), step)][:probes]
+    counts = {int(n): int(c) for n, c in sizes}
+    with store.snapshot():
+        suffix = {ns: store.partition_of(store._bound.conn, ns) for ns in names}
+    rows = []
+    for ns in chosen:
+        other = next(o for o, _ in sizes[::-1] if suffix[int(o)] != suffix[ns])  # a small one elsewhere
+        same = next(o for o, _ in sizes[::-1] if suffix[int(o)] == suffix[ns] and int(o) != ns)
+        where, elsewhere, nearby = (scope(names[int(n)]) for n in (ns, other, same))
+        memory.search("warm up", **elsewhere)
+        memory.search("warm up", **nearby)
+        pending, scrub_s, latencies, blocked = scrub_probed(memory, where, elsewhere, nearby)
+        row = {
+            "turns_in_namespace": counts.get(ns, 0),
+            "partitions_rewritten": pending,
+            "scrub_s": round(scrub_s, 2),
+            "other_partition_search_ms_p50": round(1000 * statistics.median(latencies), 1) if latencies else None,
+            "other_partition_search_ms_max": round(1000 * max(latencies), 1) if latencies else None,
+            "other_partition_searches": len(latencies),
+            "same_partition_search_s": round(blocked[0], 2) if blocked else None,
+        }
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    memory.close()
+    return {"open_s": round(open_s, 1), "namespaces": len(names), "turns": sum(counts.values()), "probes": rows}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -217,11 +313,20 @@ def main(argv: list[str] | None = None) -> None:
     lat.add_argument("--scrub-after", type=float, default=None, help="the delay (default: the store's)")
     cost = sub.add_parser("pg-cost", help="what the PostgreSQL scrub costs at given sizes")
     cost.add_argument("--turns", default="10000,100000", help="comma-separated store sizes")
+    probe = sub.add_parser("pg-scrub", help="a delete's scrub in an existing store, and who waits for it")
+    probe.add_argument("dsn", help="the store (e.g. production.py's database)")
+    probe.add_argument("--probes", type=int, default=3, help="namespaces probed, the largest first")
+    probe.add_argument("--result", type=Path, help="write the summary here as JSON")
     args = parser.parse_args(argv)
     if args.command == "latency":
         print(json.dumps(latency(args.store, args.turns, args.reps, args.scrub_after)))
-    else:
+    elif args.command == "pg-cost":
         pg_cost([int(n) for n in args.turns.split(",")])
+    else:
+        summary = pg_scrub(args.dsn, args.probes)
+        print(json.dumps(summary))
+        if args.result:
+            args.result.write_text(json.dumps(summary, indent=1) + "\n")
 
 
 if __name__ == "__main__":

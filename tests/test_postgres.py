@@ -451,7 +451,7 @@ def index_names(dsn: str) -> set[str]:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT indexname FROM pg_indexes WHERE schemaname='cuemem' AND tablename='vectors'"
+            "SELECT indexname FROM pg_indexes WHERE schemaname='cuemem' AND tablename LIKE 'vectors_p%'"
             " AND indexname LIKE 'vec_hnsw_%'"
         ).fetchall()
     return {r[0] for r in rows}

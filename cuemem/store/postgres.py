@@ -34,6 +34,8 @@ from . import scrub
 from .postgres_schema import (
     INIT_LOCK,
     MIGRATIONS,
+    PARTITIONED,
+    PARTITIONS,
     SCHEMA,
     SCHEMA_VERSION,
     TABLES,
@@ -41,6 +43,7 @@ from .postgres_schema import (
     WRITE_LOCK,
     decode_text,
     encode_text,
+    schema_statements,
     write_locks,
 )
 from .postgres_vectors import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M, HNSW_THRESHOLD, PgVectors
@@ -117,12 +120,16 @@ class PostgresStore(PgVectors):
         self._bound = _Bound()
         self._last_used: dict[int, float] = {}  # id(connection) -> when it went back to the pool
         self._hnsw: dict[tuple[int, str, str], tuple[str, int] | None] = {}
+        self._partitions = PARTITIONS  # read from the store once it is open
+        self._partition_of: dict[int, int] = {}  # namespace id -> its partitions' remainder
         try:
             conninfo_to_dict(dsn)
         except psycopg.ProgrammingError as exc:
             raise StoreError(f"invalid PostgreSQL DSN {self.path}: {_first_line(exc)}") from exc
         self._initialise()
-        options = "-c search_path=cuemem,public"
+        # Custom plans only: a generic plan of a query on a partitioned table locks every partition when it runs, so
+        # a scrub's VACUUM FULL of one partition would hold up every namespace's queries, not only its own.
+        options = "-c search_path=cuemem,public -c plan_cache_mode=force_custom_plan"
         if read_only:
             options += " -c default_transaction_read_only=on"
         self._pool = ConnectionPool(
@@ -145,6 +152,7 @@ class PostgresStore(PgVectors):
             self._pool.close()
             raise StoreError(f"cannot connect to {self.path}: no connection within {timeout:g} s") from exc
         self._salt = bytes.fromhex(self._query("SELECT value FROM meta WHERE key='salt'")[0][0])
+        self._partitions = int(self._query("SELECT value FROM meta WHERE key='partitions'")[0][0])
         if not read_only:
             delay = scrub.POSTGRES_SCRUB_AFTER_S if scrub_after_s is None else scrub_after_s
             self._scrubber = scrub.Scrubber(self._scrub, delay, self.path)
@@ -187,8 +195,11 @@ class PostgresStore(PgVectors):
                     ).fetchone():
                         current = self._version(c)
                         while current < SCHEMA_VERSION:
-                            MIGRATIONS[current](c)
+                            log.warning("cuemem: migrating %s from schema %d to %d", self.path, current, current + 1)
+                            MIGRATIONS[current](c, self._hnsw_on_partition)
                             current += 1
+                            c.execute(f"UPDATE {SCHEMA}.meta SET value=%s WHERE key='schema_version'", (str(current),))
+                        return
                     elif c.execute(
                         "SELECT 1 FROM pg_class k JOIN pg_namespace n ON n.oid = k.relnamespace"
                         " WHERE n.nspname = %s LIMIT 1",
@@ -201,9 +212,9 @@ class PostgresStore(PgVectors):
                     c.execute("CREATE EXTENSION IF NOT EXISTS vector")
                     c.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
                     c.execute(f"SET LOCAL search_path = {SCHEMA}, public")
-                    for statement in TABLES.split(";"):
-                        if statement.strip():
-                            c.execute(statement)
+                    for statement in schema_statements(PARTITIONS):
+                        c.execute(statement)
+                    c.execute("INSERT INTO meta(key, value) VALUES('partitions', %s)", (str(PARTITIONS),))
                     c.execute(
                         "INSERT INTO meta(key, value) VALUES('schema_version', %s)"
                         " ON CONFLICT(key) DO UPDATE SET value=excluded.value",
@@ -487,7 +498,8 @@ class PostgresStore(PgVectors):
                 self._scrubber.done()
 
     def _vacuum_full(self, tables: Iterable[str], lock_timeout: float) -> set[str]:
-        """VACUUM FULL of `tables` (in TEXT_TABLES' order), then CHECKPOINT; returns the tables whose new file
+        """VACUUM FULL of `tables` (TEXT_TABLES or their partitions, in TEXT_TABLES' order), then CHECKPOINT; returns
+        the tables whose new file
         still holds dead rows, because a transaction older than the delete may still see them (they are copied
         over: scrub them again once it ended)."""
         held: set[str] = set()
@@ -505,7 +517,7 @@ class PostgresStore(PgVectors):
             # VACUUM FULL needs each table to itself: waiting without end behind another session's open transaction
             # would also queue every read of that table behind it. Give up after `lock_timeout` and say so.
             conn.execute(f"SET lock_timeout = {max(1, int(lock_timeout * 1000))}")
-            for table in [t for t in TEXT_TABLES if t in set(tables)]:
+            for table in _in_table_order(tables):
                 conn.execute(f"VACUUM (FULL, VERBOSE) {SCHEMA}.{table}")
             with suppress(psycopg.errors.InsufficientPrivilege):
                 conn.execute("CHECKPOINT")
@@ -524,6 +536,25 @@ class PostgresStore(PgVectors):
                 conn.execute("RESET lock_timeout")
             self._putconn(conn)
         return held
+
+    def partition_of(self, c: Any, ns: int) -> str:
+        """The suffix of the partitions that hold namespace `ns`: "_p<r>", r its hash's remainder (the same in every
+        partitioned table: one modulus, one key type)."""
+        remainder = self._partition_of.get(ns)
+        if remainder is None:
+            remainder = int(
+                c.execute(
+                    "SELECT r FROM generate_series(0, %s) r WHERE satisfies_hash_partition(%s::regclass, %s, r, %s::bigint)",
+                    (self._partitions - 1, f"{SCHEMA}.turns", self._partitions, ns),
+                ).fetchone()[0]
+            )
+            self._partition_of[ns] = remainder
+        return f"_p{remainder}"
+
+    def _scrub_targets(self, ns: int, tables: Iterable[str]) -> set[str]:
+        """Of a partitioned table, only the partition holding `ns` held its deleted rows."""
+        suffix = self.partition_of(self._bound.conn, ns)
+        return {table + suffix if table in PARTITIONED else table for table in tables}
 
     def _scrub(self, tables: set[str], wait: bool) -> set[str]:
         """The scrub after a delete (scrub.py): VACUUM FULL of the tables that held deleted rows. In the background
@@ -589,6 +620,16 @@ class PostgresStore(PgVectors):
         count = super().delete_namespace(ns)
         self._hnsw.clear()
         return count
+
+
+_PARTITION = re.compile(r"(\w+?)(?:_p\d+)?")
+
+
+def _in_table_order(tables: Iterable[str]) -> list[str]:
+    """Tables or partitions of TEXT_TABLES, in TEXT_TABLES' order (anything else is not a cuemem table: dropped)."""
+    order = {table: i for i, table in enumerate(TEXT_TABLES)}
+    known = [(order[m.group(1)], t) for t in set(tables) if (m := _PARTITION.fullmatch(t)) and m.group(1) in order]
+    return [t for _, t in sorted(known)]
 
 
 def _first_line(exc: BaseException) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA = "cuemem"
 # Writers (issue 36): a write to one namespace holds WRITE_LOCK shared and its namespace's lock exclusive, so writers
 # of different namespaces run side by side and writers of one namespace one at a time; a write not scoped to one
@@ -51,7 +51,7 @@ CREATE TABLE IF NOT EXISTS turns(
     added_at DOUBLE PRECISION NOT NULL,
     PRIMARY KEY(ns, seq),
     UNIQUE(ns, turn_id)
-);
+) PARTITION BY HASH (ns);
 CREATE INDEX IF NOT EXISTS turns_by_session ON turns(ns, session_id, seq);
 CREATE TABLE IF NOT EXISTS derived_specs(
     owner TEXT NOT NULL,
@@ -69,7 +69,7 @@ CREATE TABLE IF NOT EXISTS items(
     tokens INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY(ns, id),
     UNIQUE(ns, space, key)
-);
+) PARTITION BY HASH (ns);
 CREATE INDEX IF NOT EXISTS items_by_space ON items(ns, space, id);
 CREATE TABLE IF NOT EXISTS item_turns(
     ns BIGINT NOT NULL,
@@ -78,7 +78,7 @@ CREATE TABLE IF NOT EXISTS item_turns(
     cited SMALLINT NOT NULL DEFAULT 1,
     PRIMARY KEY(ns, item, turn_seq),
     FOREIGN KEY(ns, item) REFERENCES items(ns, id) ON DELETE CASCADE
-);
+) PARTITION BY HASH (ns);
 CREATE INDEX IF NOT EXISTS item_turns_by_turn ON item_turns(ns, turn_seq);
 CREATE TABLE IF NOT EXISTS vectors(
     ns BIGINT NOT NULL,
@@ -90,11 +90,7 @@ CREATE TABLE IF NOT EXISTS vectors(
     vec vector NOT NULL,
     PRIMARY KEY(ns, item, model),
     FOREIGN KEY(ns, item) REFERENCES items(ns, id) ON DELETE CASCADE
-);
--- Vectors stay inline in the row (compressed only if that saves a quarter, out of line only if the row cannot fit
--- a page): a 512-float vector just passes TOAST's 2 KB threshold, and detoasting each one made an exact scan of
--- 10k vectors take ~100 ms (benchmarks/scale.py).
-ALTER TABLE vectors ALTER COLUMN vec SET STORAGE MAIN;
+) PARTITION BY HASH (ns);
 CREATE INDEX IF NOT EXISTS vectors_by_space ON vectors(ns, space, model, id);
 CREATE INDEX IF NOT EXISTS vectors_by_hash ON vectors(ns, text_hash);
 CREATE TABLE IF NOT EXISTS labels(
@@ -104,7 +100,7 @@ CREATE TABLE IF NOT EXISTS labels(
     label TEXT NOT NULL,
     PRIMARY KEY(ns, item, kind, label),
     FOREIGN KEY(ns, item) REFERENCES items(ns, id) ON DELETE CASCADE
-);
+) PARTITION BY HASH (ns);
 CREATE INDEX IF NOT EXISTS labels_by_label ON labels(ns, kind, label);
 CREATE TABLE IF NOT EXISTS kv(
     ns BIGINT NOT NULL REFERENCES namespaces(id),
@@ -112,14 +108,14 @@ CREATE TABLE IF NOT EXISTS kv(
     key TEXT NOT NULL,
     value TEXT NOT NULL,
     PRIMARY KEY(ns, engine, key)
-);
+) PARTITION BY HASH (ns);
 CREATE TABLE IF NOT EXISTS embed_cache(
     ns BIGINT NOT NULL REFERENCES namespaces(id),
     text_hash TEXT NOT NULL,
     model TEXT NOT NULL,
     vec BYTEA NOT NULL,
     PRIMARY KEY(ns, text_hash, model)
-);
+) PARTITION BY HASH (ns);
 CREATE TABLE IF NOT EXISTS llm_calls(
     ns BIGINT NOT NULL REFERENCES namespaces(id),
     key TEXT NOT NULL,
@@ -133,7 +129,7 @@ CREATE TABLE IF NOT EXISTS llm_calls(
     seconds DOUBLE PRECISION NOT NULL DEFAULT 0,
     at DOUBLE PRECISION NOT NULL,
     PRIMARY KEY(ns, key)
-);
+) PARTITION BY HASH (ns);
 CREATE TABLE IF NOT EXISTS watermarks(
     ns BIGINT NOT NULL REFERENCES namespaces(id),
     engine TEXT NOT NULL,
@@ -142,12 +138,12 @@ CREATE TABLE IF NOT EXISTS watermarks(
 );
 CREATE TABLE IF NOT EXISTS epochs(ns BIGINT PRIMARY KEY, epoch BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS history(
-    id BIGSERIAL PRIMARY KEY,
+    id BIGSERIAL NOT NULL,
     ns BIGINT,
     at DOUBLE PRECISION NOT NULL,
     op TEXT NOT NULL,
     detail TEXT NOT NULL DEFAULT '{}'
-);
+) PARTITION BY HASH (ns);
 CREATE INDEX IF NOT EXISTS history_by_ns ON history(ns, id);
 -- The HNSW indexes built for large (namespace, space, model) vector sets: partial indexes, one per partition.
 CREATE TABLE IF NOT EXISTS vector_indexes(
@@ -159,6 +155,13 @@ CREATE TABLE IF NOT EXISTS vector_indexes(
     PRIMARY KEY(ns, space, model)
 )
 """
+# Every table holding user text is split by a hash of the namespace into PARTITIONS partitions `<table>_p<r>`
+# (issue 36): the scrub after a delete (VACUUM FULL, scrub.py) rewrites and locks only the partitions of the
+# namespace it touched, a 1/PARTITIONS share of the store, not every namespace's rows. Fixed when a store is created
+# (meta `partitions`).
+PARTITIONS = 16
+PARTITIONED = ("turns", "items", "item_turns", "vectors", "labels", "kv", "embed_cache", "llm_calls", "history")
+
 # Columns holding user text, or what is derived from it (vectors, hashes), keep no planner statistics: ANALYZE
 # (autovacuum runs it by itself) copies sample values into pg_statistic, where a deleted turn's text would outlive
 # checkpoint(). Every query names its keys, so the planner does not need them.
@@ -173,11 +176,33 @@ NO_STATISTICS = {
     "llm_calls": ("key", "request", "response"),
     "history": ("detail",),
 }
-TABLES += "".join(
-    f";\nALTER TABLE {table} ALTER COLUMN {column} SET STATISTICS 0"
-    for table, columns in NO_STATISTICS.items()
-    for column in columns
-)
+# Vectors stay inline in the row (compressed only if that saves a quarter, out of line only if the row cannot fit a
+# page): a 512-float vector just passes TOAST's 2 KB threshold, and detoasting each one made an exact scan of 10k
+# vectors take ~100 ms (benchmarks/scale.py).
+STORAGE = "ALTER TABLE vectors ALTER COLUMN vec SET STORAGE MAIN"
+
+
+def partition_name(table: str, remainder: int) -> str:
+    return f"{table}_p{remainder}"
+
+
+def schema_statements(partitions: int = PARTITIONS) -> list[str]:
+    """The statements creating the schema's tables (in search_path `cuemem`), their partitions, then the column
+    settings (ALTER TABLE on a partitioned table reaches its partitions)."""
+    statements = [statement for statement in TABLES.split(";") if statement.strip()]
+    statements += [
+        f"CREATE TABLE IF NOT EXISTS {partition_name(table, r)} PARTITION OF {table}"
+        f" FOR VALUES WITH (MODULUS {partitions}, REMAINDER {r})"
+        for table in PARTITIONED
+        for r in range(partitions)
+    ]
+    statements += [
+        f"ALTER TABLE {table} ALTER COLUMN {column} SET STATISTICS 0"
+        for table, columns in NO_STATISTICS.items()
+        for column in columns
+    ]
+    return [*statements, STORAGE]
+
 
 # Tables holding user text: what checkpoint() rewrites.
 TEXT_TABLES = (
@@ -192,8 +217,41 @@ TEXT_TABLES = (
     "history",
     "namespaces",
 )
+_SERIALS = (("turns", "seq"), ("items", "id"), ("vectors", "id"), ("history", "id"))
 
-MIGRATIONS: dict[int, Any] = {}  # version -> function(conn) bringing the schema to version + 1
+
+def partition_tables(c: Any, rebuild_index: Any) -> None:
+    """Schema 1 -> 2: the tables holding user text become hash-partitioned by namespace. Each is renamed aside
+    (with its indexes), created anew with its partitions, filled from the old one in one statement, and the old
+    one dropped; the serial counters go on where they were, and the HNSW indexes are built again on the partitions
+    (`rebuild_index(c, ns, space, model, dims)`). One transaction: a failure leaves schema 1 as it was."""
+    c.execute(f"SET LOCAL search_path = {SCHEMA}, public")
+    for (name,) in c.execute("SELECT name FROM vector_indexes").fetchall():
+        c.execute(f'DROP INDEX IF EXISTS {SCHEMA}."{name}"')
+    for table in PARTITIONED:
+        for (index,) in c.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = %s", (SCHEMA, table)
+        ).fetchall():
+            c.execute(f'ALTER INDEX "{index}" RENAME TO "v1_{index}"')
+        c.execute(f"ALTER TABLE {table} RENAME TO v1_{table}")
+    for statement in schema_statements(PARTITIONS):
+        c.execute(statement)
+    for table in PARTITIONED:
+        c.execute(f"INSERT INTO {table} SELECT * FROM v1_{table}")
+    for table, column in _SERIALS:
+        old = c.execute("SELECT pg_get_serial_sequence(%s, %s)", (f"{SCHEMA}.v1_{table}", column)).fetchone()[0]
+        last, called = c.execute(f"SELECT last_value, is_called FROM {old}").fetchone()
+        c.execute("SELECT setval(pg_get_serial_sequence(%s, %s), %s, %s)", (f"{SCHEMA}.{table}", column, last, called))
+    c.execute("DROP TABLE " + ", ".join(f"v1_{table}" for table in PARTITIONED) + " CASCADE")
+    for ns, space, model, dims in c.execute("SELECT ns, space, model, dims FROM vector_indexes").fetchall():
+        rebuild_index(c, int(ns), space, model, int(dims))
+    c.execute(
+        "INSERT INTO meta(key, value) VALUES('partitions', %s) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+        (str(PARTITIONS),),
+    )
+
+
+MIGRATIONS: dict[int, Any] = {1: partition_tables}  # version -> function(conn, rebuild_index) to version + 1
 
 
 _ESC = "\ue000"

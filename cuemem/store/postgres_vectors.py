@@ -61,38 +61,44 @@ class PgVectors(SQLStore):
         if count >= self.hnsw_threshold:
             self.build_vector_index(ns, space, model, dims, conn=c)
 
+    def partition_of(self, c: Any, ns: int) -> str:
+        """The suffix of the partitions holding namespace `ns` ("_p<r>"; "" for a store made before partitions)."""
+        raise NotImplementedError
+
     def build_vector_index(self, ns: int, space: str, model: str, dims: int, *, conn: Any = None) -> str:
-        """Create the partial HNSW index (cosine) over one namespace's vectors of one space and model."""
+        """Create the partial HNSW index (cosine) over one namespace's vectors of one space and model, on the
+        partition that holds them."""
+        if conn is not None:
+            return self._hnsw_on_partition(conn, ns, space, model, dims)
+        with self._write(ns) as c:
+            c.execute("SET LOCAL maintenance_work_mem = '1GB'")
+            return self._hnsw_on_partition(c, ns, space, model, dims)
+
+    def _hnsw_on_partition(self, c: Any, ns: int, space: str, model: str, dims: int) -> str:
         name = "vec_hnsw_" + hashlib.sha1(f"{ns}\x00{space}\x00{model}".encode()).hexdigest()[:20]
-        statement = sql.SQL(
-            "CREATE INDEX IF NOT EXISTS {name} ON {table} USING hnsw ((vec::vector({dims})) vector_cosine_ops)"
-            " WITH (m = {m}, ef_construction = {ef}) WHERE ns = {ns} AND space = {space} AND model = {model}"
-        ).format(
-            name=sql.Identifier(name),
-            table=sql.Identifier(SCHEMA, "vectors"),
-            dims=sql.Literal(dims),
-            m=sql.Literal(HNSW_M),
-            ef=sql.Literal(HNSW_EF_CONSTRUCTION),
-            ns=sql.Literal(ns),
-            space=sql.Literal(space),
-            model=sql.Literal(model),
+        table = "vectors" + self.partition_of(c, ns)
+        c.execute(
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS {name} ON {table} USING hnsw ((vec::vector({dims})) vector_cosine_ops)"
+                " WITH (m = {m}, ef_construction = {ef}) WHERE ns = {ns} AND space = {space} AND model = {model}"
+            ).format(
+                name=sql.Identifier(name),
+                table=sql.Identifier(SCHEMA, table),
+                dims=sql.Literal(dims),
+                m=sql.Literal(HNSW_M),
+                ef=sql.Literal(HNSW_EF_CONSTRUCTION),
+                ns=sql.Literal(ns),
+                space=sql.Literal(space),
+                model=sql.Literal(model),
+            )
         )
-        register = (
-            "INSERT INTO vector_indexes(ns, space, model, dims, name) VALUES(%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING"
+        c.execute(
+            "INSERT INTO vector_indexes(ns, space, model, dims, name) VALUES(%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING",
+            (ns, space, model, dims, name),
         )
         # Fresh statistics: with the table's old ones (none, or from when the partition was small) the planner
-        # estimates a row or two for the partition and sorts it through the btree instead of using this index.
-        analyze = sql.SQL("ANALYZE {}").format(sql.Identifier(SCHEMA, "vectors"))
-        if conn is not None:
-            conn.execute(statement)
-            conn.execute(register, (ns, space, model, dims, name))
-            conn.execute(analyze)
-        else:
-            with self._write(ns) as c:
-                c.execute("SET LOCAL maintenance_work_mem = '1GB'")
-                c.execute(statement)
-                c.execute(register, (ns, space, model, dims, name))
-                c.execute(analyze)
+        # estimates a row or two for the namespace and sorts it through the btree instead of using this index.
+        c.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(SCHEMA, table)))
         log.info("built HNSW index %s over namespace %d, space %s, model %s", name, ns, space, model)
         return name
 

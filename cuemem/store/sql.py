@@ -222,7 +222,7 @@ class SQLStore(SQLState):
                 self._run(c, f"DELETE FROM turns WHERE +ns=? AND seq {test}", (ns, *params))
             # The record of the deletion names no turn or session (ids can carry user text): only how many went.
             self._log(c, ns, "delete_session" if session_id is not None else "delete", {"turns": len(seqs)})
-            self._forgot(TURN_DELETE_TABLES)
+            self._forgot(ns, TURN_DELETE_TABLES)
         return len(seqs)
 
     def _forget(self, c: Any, ns: int, seqs: Sequence[int]) -> None:
@@ -287,7 +287,7 @@ class SQLStore(SQLState):
             self._run(c, "DELETE FROM namespaces WHERE id=?", (ns,))
             # The record of the deletion names no user: only that a namespace and how many turns went.
             self._log(c, None, "delete_namespace", {"turns": count})
-            self._forgot(NAMESPACE_DELETE_TABLES)
+            self._forgot(ns, NAMESPACE_DELETE_TABLES)
         return count
 
     def clear_derived(self, ns: int) -> None:

@@ -104,10 +104,15 @@ class SQLDialect:
         """Called in the transaction that deletes a namespace, before its row goes: the dialect's own rows."""
 
     # ------------------------------------------------------------------ the scrub after deletes (scrub.py)
-    def _forgot(self, tables: Iterable[str]) -> None:
-        """Called inside the write transaction of a delete: once it commits, `tables` are scrubbed."""
+    def _forgot(self, ns: int, tables: Iterable[str]) -> None:
+        """Called inside the write transaction of a delete in namespace `ns`: once it commits, what held the deleted
+        rows of `tables` is scrubbed."""
         if self._scrubber is not None:
-            self._unscrubbed = (self._unscrubbed or set()) | set(tables)
+            self._unscrubbed = (self._unscrubbed or set()) | self._scrub_targets(ns, tables)
+
+    def _scrub_targets(self, ns: int, tables: Iterable[str]) -> set[str]:
+        """What the scrub rewrites for deleted rows of namespace `ns` in `tables` (PostgreSQL: their partitions)."""
+        return set(tables)
 
     def _committed(self) -> None:
         """The outermost write transaction committed: schedule the scrub of what its deletes left in the files."""
