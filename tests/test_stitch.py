@@ -114,6 +114,29 @@ def test_model_free_analysis_reads_actions_types_and_references():
 
 
 @no_store
+@no_store
+def test_spacy_loads_without_torch_and_torch_still_imports_after():
+    """thinc (spaCy's backend library) imports torch when it is installed, ~2 s and ~180 MB that the shipped numpy
+    pipeline never uses: `load_spacy` keeps it out, and gives the same analysis; torch imports as usual after."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    code = (
+        "import sys\n"
+        "from cuemem.engines.stitch.analysis import load_spacy\n"
+        "doc = load_spacy()('Lena booked the Apollo Hotel in Lisbon on Friday.')\n"
+        "print('torch' in sys.modules, [(e.text, e.label_) for e in doc.ents])\n"
+        "import torch\n"
+        "print(torch.zeros(2).sum().item())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, second = done.stdout.strip().splitlines()[-2:]
+    assert first.startswith("False ") and "('Lena', 'PERSON')" in first and "('Lisbon', 'GPE')" in first
+    assert second == "0.0"
+
+
 def test_vocabulary_merge_folds_synonyms_into_the_older_label():
     vocab = Vocabulary("event")
     for word in ["buy", "buy", "paint", "purchase", "acquire"]:

@@ -544,7 +544,8 @@ class PostgresStore(PgVectors):
         if remainder is None:
             remainder = int(
                 c.execute(
-                    "SELECT r FROM generate_series(0, %s) r WHERE satisfies_hash_partition(%s::regclass, %s, r, %s::bigint)",
+                    "SELECT r FROM generate_series(0, %s) r"
+                    " WHERE satisfies_hash_partition(%s::regclass, %s, r, %s::bigint)",
                     (self._partitions - 1, f"{SCHEMA}.turns", self._partitions, ns),
                 ).fetchone()[0]
             )

@@ -7,8 +7,11 @@ STITCH keys steps by the kind of attribute they carry, not by the instance.
 
 from __future__ import annotations
 
+import importlib.abc
 import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -127,13 +130,39 @@ class StepAnalysis:
     values: list[str] = field(default_factory=list)  # times, amounts and dates it states (focus.py: quoting)
 
 
+class _NoTorchForThinc(importlib.abc.MetaPathFinder):
+    """Refuses `import torch` to spaCy's thinc only: thinc imports torch when it is installed (~2 s and ~180 MB on
+    2 cores) to offer it as a backend that the shipped pipeline (a numpy CNN) never uses. Any other importer, in
+    any thread, gets torch as usual."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "torch" or name.startswith("torch."):
+            frame = sys._getframe(1)
+            while frame is not None:
+                if str(frame.f_globals.get("__name__", "")).startswith("thinc"):
+                    raise ModuleNotFoundError("torch is not offered to thinc (cuemem: spaCy runs on numpy)")
+                frame = frame.f_back  # type: ignore[assignment]
+        return None
+
+
+@contextmanager
+def _thinc_without_torch() -> Iterator[None]:
+    finder = _NoTorchForThinc()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
 @lru_cache(maxsize=1)
 def load_spacy() -> Any:
-    """The shipped spaCy pipeline (loaded once per process; a model is read-only state)."""
+    """The shipped spaCy pipeline (loaded once per process; a model is read-only state), without torch."""
     try:
-        import spacy
+        with _thinc_without_torch():
+            import spacy
 
-        return spacy.load(SPACY_MODEL, exclude=["textcat"])
+            return spacy.load(SPACY_MODEL, exclude=["textcat"])
     except (ImportError, OSError) as exc:
         raise CuememError(
             f"engines 'stitch' and 'scg' need spaCy and {SPACY_MODEL}: pip install 'cuemem[local]' ({exc})"
