@@ -46,7 +46,14 @@ from .postgres_schema import (
     schema_statements,
     write_locks,
 )
-from .postgres_vectors import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M, HNSW_THRESHOLD, PgVectors
+from .postgres_vectors import (
+    HNSW_EF_CONSTRUCTION,
+    HNSW_EF_SEARCH,
+    HNSW_M,
+    HNSW_THRESHOLD,
+    MAINTENANCE_WORK_MEM,
+    PgVectors,
+)
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +201,7 @@ class PostgresStore(PgVectors):
                         (SCHEMA,),
                     ).fetchone():
                         current = self._version(c)
+                        c.execute(f"SET LOCAL maintenance_work_mem = '{MAINTENANCE_WORK_MEM}'")  # HNSW rebuilds
                         while current < SCHEMA_VERSION:
                             log.warning("cuemem: migrating %s from schema %d to %d", self.path, current, current + 1)
                             MIGRATIONS[current](c, self._hnsw_on_partition)
@@ -517,6 +525,7 @@ class PostgresStore(PgVectors):
             # VACUUM FULL needs each table to itself: waiting without end behind another session's open transaction
             # would also queue every read of that table behind it. Give up after `lock_timeout` and say so.
             conn.execute(f"SET lock_timeout = {max(1, int(lock_timeout * 1000))}")
+            conn.execute(f"SET maintenance_work_mem = '{MAINTENANCE_WORK_MEM}'")
             for table in _in_table_order(tables):
                 conn.execute(f"VACUUM (FULL, VERBOSE) {SCHEMA}.{table}")
             with suppress(psycopg.errors.InsufficientPrivilege):
@@ -534,6 +543,7 @@ class PostgresStore(PgVectors):
             conn.remove_notice_handler(notice)
             with suppress(psycopg.Error):
                 conn.execute("RESET lock_timeout")
+                conn.execute("RESET maintenance_work_mem")
             self._putconn(conn)
         return held
 
