@@ -132,7 +132,9 @@ def main() -> int:
     ring.close()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = start_server(db, port, keys, argparse.Namespace(engine=args.engine, embedder=args.embedder, index_on_add=False), root / "log")
+    server = start_server(
+        db, port, keys, argparse.Namespace(engine=args.engine, embedder=args.embedder, index_on_add=False), root / "log"
+    )
     # start_server passes --rate 0; the flood below stays within the default burst (40) anyway.
     try:
         turns = demo_turns()

@@ -32,7 +32,7 @@ from .llm import LLMClient, make_client
 from .store import as_target, open_store
 from .store.base import Store
 from .transfer import ProgressFactory, Transfer
-from .types import Answer, Namespace, Retrieval, Turn
+from .types import Answer, Namespace, Retrieval, Turn, check_id_length
 
 log = logging.getLogger(__name__)
 
@@ -338,6 +338,7 @@ class Memory:
             )
 
     def get(self, turn_id: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> Turn:
+        check_id_length(turn_id, "turn id")  # no turn can have a longer one: say so, not "not found"
         ns = self.store.namespace_id(Namespace(user_id, agent_id, run_id))
         return self.store.get_turn(ns, turn_id)
 
@@ -359,6 +360,7 @@ class Memory:
     # ------------------------------------------------------------------ deleting and rebuilding
     def delete(self, turn_id: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> None:
         """Delete one turn and everything derived from it."""
+        check_id_length(turn_id, "turn id")
         if not self._forgetting.delete_turns(Namespace(user_id, agent_id, run_id), [turn_id]):
             raise TurnNotFoundError(f"no turn {turn_id!r} for user {user_id!r}")
 

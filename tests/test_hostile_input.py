@@ -55,6 +55,10 @@ def test_every_id_of_the_memory_api_has_the_one_limit(make_memory) -> None:
         memory.add("t", user_id="u", session_id=LONG)
     at_limit = "i" * MAX_ID_CHARS
     assert memory.add({"text": "t", "id": at_limit}, user_id="u", agent_id=at_limit).added == [at_limit]
+    for look_up in (memory.get, memory.delete):  # no turn can have a longer id: said so, not "not found"
+        with pytest.raises(IdTooLongError, match="turn id is 1,001 characters"):
+            look_up(LONG, user_id="u", agent_id=at_limit)
+    assert memory.get(at_limit, user_id="u", agent_id=at_limit).text == "t"
     lines = [json.dumps({"text": "t", "namespace": {"user_id": "u", "agent_id": HUGE}}), json.dumps({"text": "ok"})]
     report = memory.import_(lines, user_id="v")
     assert report.added == 1 and report.errors[0][0] == 1 and "longer than 1,000" in report.errors[0][1]
@@ -233,6 +237,8 @@ def test_server_refuses_long_ids_with_a_422(served: tuple[TestClient, KeyRing]) 
         error(client.post("/v1/memories", json={"messages": ["hi"], **body}, headers=alice), 422, "invalid_id", "1,000")
     response = client.get("/v1/memories/search", params={"q": "hi", "run_id": LONG}, headers=alice)
     error(response, 422, "invalid_id", "longer than 1,000")
+    error(client.get(f"/v1/memories/{LONG}", headers=alice), 422, "invalid_id", "turn id")
+    error(client.delete(f"/v1/memories/{LONG}", headers=alice), 422, "invalid_id", "turn id")
     admin = auth(ring, admin=True)
     for body in ({"user_id": "u" * 500_000}, {"user_id": "u", "agent_id": LONG}):
         error(client.post("/v1/keys", json=body, headers=admin), 422, "invalid_id", "longer than 1,000")
