@@ -165,6 +165,57 @@ def test_engines_named_in_calls_are_kept_in_a_bounded_cache(tmp_path: Path) -> N
             memory.search("hotel", user_id="u", engine="episodic[nope=1]")
 
 
+def test_mcp_answers_share_the_model_lane_with_the_keys_http_answers(tmp_path: Path) -> None:
+    """An MCP `answer` waits on the model as /v1/answer does, so it runs in the model lane under its key's share
+    there: with the key's share held by its HTTP answers (the model not answering yet), the MCP answer is refused
+    at once with a tool error saying why, instead of taking another worker to wait on the model."""
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    memory, ring, keys, _ = _serve(tmp_path)
+    app = create_app(memory, ring, Limits(rate=0), mcp=True)
+    backend = memory.llm.backend
+    backend.gate.clear()
+    share = Limits().model_per_key
+    with running(app) as url:
+        flood = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {keys['alice']}"}, timeout=120)
+
+        def ask(i: int) -> int:
+            return flood.post("/v1/answer", json={"question": f"Where is the hotel, take {i}?"}).status_code
+
+        async def mcp_answer() -> tuple[bool, str, bool]:
+            # refused at once when it works; waiting on the held model (the failure) times out after 30 s
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {keys['alice']}"}, timeout=30)
+            async with Client(streamable_http_client(f"{url}/mcp/", http_client=http)) as client:
+                result = await client.call_tool("answer", {"question": "When is the train?"})
+            await http.aclose()
+            text = " ".join(getattr(part, "text", "") for part in result.content)
+            return result.is_error, text, backend.gate.is_set()
+
+        try:
+            with ThreadPoolExecutor(share) as pool:
+                held = [pool.submit(ask, i) for i in range(share)]
+                assert backend.entered.wait(60), "no answer reached the model"
+                deadline = time.monotonic() + 60
+                while state_size(app) < share and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                refused, message, opened = anyio.run(mcp_answer)
+                backend.gate.set()
+                assert [h.result() for h in held] == [200] * share
+        finally:
+            backend.gate.set()
+            flood.close()
+    memory.close()
+    ring.close()
+    assert refused and "busy" in message and not opened, message
+
+
+def state_size(app) -> int:  # type: ignore[no-untyped-def]
+    return int(app.state.cuemem.lanes["model"].size)
+
+
 @pytest.mark.sqlite_only("the lane a request takes does not depend on the store")
 def test_model_mode_searches_run_in_the_model_lane(tmp_path: Path) -> None:
     memory, ring, _, app = _serve(tmp_path)

@@ -22,7 +22,7 @@ from .deps import token_of
 from .errors import ApiError, status_of
 from .keys import KeyRing
 from .limits import Limits
-from .middleware import LimitsAndMetrics, McpAuth, current_namespace
+from .middleware import LimitsAndMetrics, McpAuth, current_namespace, mcp_model_lane
 from .routers import agent, keys, memories, namespaces, page, search
 from .state import ServerState
 
@@ -93,4 +93,4 @@ def _mcp_app(state: ServerState, host: str) -> Any:
         from .mcp import streamable_http_app
     except ImportError:
         return None
-    return streamable_http_app(state.memory, current_namespace, host=host)
+    return streamable_http_app(state.memory, current_namespace, host=host, model_bound=lambda: mcp_model_lane(state))

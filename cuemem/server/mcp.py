@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from functools import partial
 from typing import Annotated, Any, TypeVar
 
@@ -94,8 +95,16 @@ class DeletedTurn(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------------- server
-def build_server(memory: Memory, namespace: NamespaceSource, *, name: str = "cuemem") -> MCPServer:
-    """An MCP server exposing `memory` through four tools, every call in `namespace`.
+# What runs a tool call that waits on the language model (answer): the server's model lane, so that MCP answers
+# share its bounds with /v1/answer (server/fairness.py); a refusal raises ToolError with its message.
+ModelBound = Callable[[], AbstractAsyncContextManager[None]]
+
+
+def build_server(
+    memory: Memory, namespace: NamespaceSource, *, name: str = "cuemem", model_bound: ModelBound | None = None
+) -> MCPServer:
+    """An MCP server exposing `memory` through four tools, every call in `namespace`, the answers inside
+    `model_bound()` when given.
 
     `namespace` is a fixed Namespace (from the server's configuration) or a callable returning the namespace of
     the current request (e.g. one reading a contextvar an ASGI middleware set from the request's API key). The
@@ -174,7 +183,12 @@ def build_server(memory: Memory, namespace: NamespaceSource, *, name: str = "cue
         """Answer a question from long-term memory with a language model. Returns a short answer and the ids of
         the turns it cites (only turns it was shown); it says so when memory does not hold the answer."""
         ns = current()
-        result = await call(memory.answer, question, user_id=ns.user_id, agent_id=ns.agent_id, run_id=ns.run_id, k=k)
+        ask = partial(call, memory.answer, question, user_id=ns.user_id, agent_id=ns.agent_id, run_id=ns.run_id, k=k)
+        if model_bound is None:
+            result = await ask()
+        else:
+            async with model_bound():
+                result = await ask()
         return AnswerResult(answer=result.text, cited_turn_ids=list(result.cited_turn_ids), dates=list(result.dates))
 
     async def delete_memory(
@@ -224,6 +238,7 @@ def streamable_http_app(
     path: str = "/",
     host: str = "127.0.0.1",
     transport_security: TransportSecuritySettings | None = None,
+    model_bound: ModelBound | None = None,
 ) -> Starlette:
     """The MCP server over streamable HTTP, as an ASGI (Starlette) app serving MCP at `path`.
 
@@ -258,7 +273,7 @@ def streamable_http_app(
     local Host/Origin headers; serving under another host name needs `host=` that name (no protection) or explicit
     `transport_security` settings.
     """
-    server = build_server(memory, namespace, name=name)
+    server = build_server(memory, namespace, name=name, model_bound=model_bound)
     return server.streamable_http_app(
         streamable_http_path=path,
         stateless_http=True,

@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -134,6 +134,21 @@ class LimitsAndMetrics(Middleware):
 
 
 _MCP_NAMESPACE: contextvars.ContextVar[Namespace | None] = contextvars.ContextVar("cuemem_mcp_namespace", default=None)
+_MCP_SHARE: contextvars.ContextVar[str] = contextvars.ContextVar("cuemem_mcp_share", default="")
+
+
+@asynccontextmanager
+async def mcp_model_lane(state: ServerState) -> AsyncIterator[None]:
+    """An MCP tool call that waits on the model (answer) runs in the model lane as well, within its request's key's
+    share there, as /v1/answer does; a refusal is a tool error saying why and when to retry."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    async with AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(state.lanes["model"].admitted(_MCP_SHARE.get()))
+        except ApiError as exc:
+            raise ToolError(f"{exc.kind}: {exc.message}") from exc
+        yield
 
 
 def current_namespace() -> Namespace:
@@ -157,7 +172,9 @@ class McpAuth(Middleware):
             await self.refuse(scope, receive, send, exc)
             return
         bound = _MCP_NAMESPACE.set(Namespace(key.user_id, key.agent_id))
+        share = _MCP_SHARE.set("k:" + key.id)  # the key's share in the lanes (as `_lane` names it)
         try:
             await self.app(scope, receive, send)
         finally:
+            _MCP_SHARE.reset(share)
             _MCP_NAMESPACE.reset(bound)
