@@ -170,7 +170,7 @@ def pg_cost(sizes: list[int]) -> list[dict[str, Any]]:
     deleted rows, then CHECKPOINT): each partition is locked ACCESS EXCLUSIVE for its own VACUUM FULL only."""
     import psycopg
 
-    from cuemem.store.postgres import _in_table_order
+    from cuemem.store.postgres_scrub import _in_table_order
 
     pg = Pg()
     out = []
