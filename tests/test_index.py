@@ -70,6 +70,30 @@ def test_bm25_compaction_keeps_every_score_and_holds_postings_in_less_memory():
         assert compacted.search(q, 50) == plain.search(q, 50)
 
 
+def test_bm25_extend_builds_the_index_add_builds():
+    """`extend` (a namespace's first search, or a batch of new items) gives the scores `add` one by one gives: from
+    empty, onto listed and compacted postings, with empty documents, repeated terms and new terms mixed in."""
+    rng = np.random.default_rng(361)
+    words = [f"w{i}" for i in range(300)]
+    docs = [" ".join(rng.choice(words, size=int(rng.integers(0, 25)), p=_zipf(len(words)))) for _ in range(2500)]
+    docs += [f"{d} fresh{i % 5} fresh{i % 5}" for i, d in enumerate(docs[:300])]
+    queries = ["w0 w5 w77", "w299 fresh3", "w12 w12 w250", "fresh4", "absent words only", ""]
+    one_by_one, in_batches = BM25Index(compact_at=700), BM25Index(compact_at=700)
+    for n, text in enumerate(docs):
+        one_by_one.add(10 * n, text)
+    # a batch under extend's minimum, one document added alone (listed postings the next batch must go after),
+    # then larger batches, past compactions
+    for start, end in [(0, 3), (3, 40), (40, 41), (41, 900), (900, 1000), (1000, 2400), (2400, len(docs))]:
+        if end - start == 1:
+            in_batches.add(10 * start, docs[start])
+        else:
+            in_batches.extend((10 * n, docs[n]) for n in range(start, end))
+    assert in_batches.keys == one_by_one.keys
+    for q in queries:
+        assert in_batches.search(q, 25) == one_by_one.search(q, 25), q
+    assert in_batches.nbytes() <= one_by_one.nbytes() * 1.1
+
+
 def _zipf(n: int) -> np.ndarray:
     weights = 1.0 / np.arange(1, n + 1)
     return weights / weights.sum()

@@ -67,7 +67,7 @@ def turn_table(ctx: EngineContext, space: str) -> TurnTable:
             table = older[1].grown(cited)
         else:
             ids = [i for i, _ in store.items_in_order(ns, space)]
-            table = TurnTable.build({i: item.meta for i, item in store.get_items(ns, ids).items()})
+            table = TurnTable.build(store.item_metas(ns, ids))
         ctx.indexes.keep_view(ns, name, version, table)
         return table
 

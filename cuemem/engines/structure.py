@@ -112,11 +112,14 @@ class TurnTable:
         common = {name for name, _ in mentioned.most_common(MAX_CLUSTERED)}
         people = PersonIndex.build([s for s in speakers if s], [n for n in mentioned.elements() if n in common])
         by_form: dict[str, set[int]] = {}
+        forms: dict[str, str] = {}  # this call's: the same few speakers and names recur on every turn
         spans, unparsed = list(self.spans), self.unparsed
         for pos, i in enumerate(ids, start=len(self.ids)):
             meta = metas[i]
             for name in [str(meta.get("speaker") or ""), *(meta.get("people") or [])]:
-                form = normalise_name(name)
+                form = forms.get(name)
+                if form is None:
+                    form = forms[name] = normalise_name(name)
                 if form:
                     by_form.setdefault(form, set()).add(pos)
             when = meta.get("date")

@@ -8,7 +8,7 @@ holds exactly one namespace's documents, read from the store with `WHERE ns = ?`
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import chain
 
 import numpy as np
@@ -77,17 +77,54 @@ class BM25Index:
         if self._posting_count >= max(self.compact_at, len(self._block_docs) // 2):
             self.compact()
 
+    def extend(self, documents: Iterable[tuple[int, str]]) -> None:
+        """Add many (key, text) documents at once: the index `add` would build one by one (same scores, test),
+        with the postings counted and merged by numpy instead of a Counter and two list appends per term (a
+        102k-turn namespace's first search: 1.8 s of `add`)."""
+        documents = list(documents)
+        if len(documents) < 64:
+            for key, text in documents:
+                self.add(key, text)
+            return
+        vocab, first = self._vocab, len(self.keys)
+        terms: list[int] = []
+        lengths: list[int] = []
+        for key, text in documents:
+            tokens = self.analyzer(text)
+            self.keys.append(key)
+            lengths.append(len(tokens))
+            terms.extend([vocab.setdefault(token, len(vocab)) for token in tokens])
+        self._lengths.extend(lengths)
+        self._total += sum(lengths)
+        self._norm = None
+        if not terms:
+            return
+        self.compact()  # what is listed joins the block first: the new postings are newer than all of it
+        docs = np.repeat(np.arange(first, len(self.keys), dtype=np.int64), lengths)
+        pairs, tfs = np.unique(np.asarray(terms, dtype=np.int64) * len(self.keys) + docs, return_counts=True)
+        term_of, doc_of = np.divmod(pairs, len(self.keys))  # sorted by term, then document
+        ids, per_term = np.unique(term_of, return_counts=True)
+        self._merge(ids, per_term, doc_of.astype(np.int32), tfs.astype(np.float32))
+
     def compact(self) -> None:
         """Merge the listed postings into the block: each term's block run moves to its new start, its listed
         documents (all newer) follow it."""
         if not self._postings:
             return
-        old = self._offsets
-        old_counts = np.zeros(len(self._vocab), dtype=np.int64)
-        old_counts[: len(old) - 1] = np.diff(old)
         listed = list(self._postings.values())
         ids = np.fromiter((self._vocab[t] for t in self._postings), dtype=np.int64, count=len(listed))
         lengths = np.fromiter((len(d) for d, _ in listed), dtype=np.int64, count=len(listed))
+        total = int(lengths.sum())
+        docs = np.fromiter(chain.from_iterable(d for d, _ in listed), dtype=np.int32, count=total)
+        tfs = np.fromiter(chain.from_iterable(t for _, t in listed), dtype=np.float32, count=total)
+        self._merge(ids, lengths, docs, tfs)
+
+    def _merge(self, ids: np.ndarray, lengths: np.ndarray, new_docs: np.ndarray, new_tfs: np.ndarray) -> None:
+        """Into the block: `lengths[j]` new postings of term `ids[j]` (documents newer than the term's block run),
+        run after run in `new_docs` / `new_tfs`."""
+        old = self._offsets
+        old_counts = np.zeros(len(self._vocab), dtype=np.int64)
+        old_counts[: len(old) - 1] = np.diff(old)
         counts = old_counts.copy()
         counts[ids] += lengths
         offsets = np.zeros(len(counts) + 1, dtype=np.int64)
@@ -98,10 +135,9 @@ class BM25Index:
             at = np.arange(len(self._block_docs)) + np.repeat(offsets[: len(old) - 1] - old[:-1], np.diff(old))
             docs[at], tfs[at] = self._block_docs, self._block_tfs
         total = int(lengths.sum())
-        firsts = np.cumsum(lengths) - lengths  # where each term's listed run begins among the listed postings
+        firsts = np.cumsum(lengths) - lengths  # where each term's new run begins among the new postings
         at = np.repeat(offsets[ids] + old_counts[ids] - firsts, lengths) + np.arange(total)
-        docs[at] = np.fromiter(chain.from_iterable(d for d, _ in listed), dtype=np.int32, count=total)
-        tfs[at] = np.fromiter(chain.from_iterable(t for _, t in listed), dtype=np.float32, count=total)
+        docs[at], tfs[at] = new_docs, new_tfs
         self._offsets, self._block_docs, self._block_tfs = offsets, docs, tfs
         self._postings, self._frozen, self._posting_count = {}, {}, 0
 

@@ -95,9 +95,10 @@ class IndexCache:
                 if entry is None or entry.epoch != epoch:
                     entry = self._entries[key] = _Entry(epoch, BM25Index(analyzer=ANALYZERS[analyzer]))
             grown = fresh
-            for item_id, text in store.items_after(ns, space, entry.after):
-                entry.index.add(item_id, text)
-                entry.after = item_id
+            new = store.items_after(ns, space, entry.after)
+            if new:
+                entry.index.extend(new)
+                entry.after = new[-1][0]
                 grown = True
             hits = entry.index.search(query, k)
             self._account(ns, remeasure=grown)

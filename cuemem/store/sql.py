@@ -408,6 +408,14 @@ class SQLStore(SQLState):
                     out[int(item_id)].turn_ids.append(dec(turn_id))
         return out
 
+    def item_metas(self, ns: int, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """The metadata of items by id, without their text or provenance: what query-side tables are built from."""
+        out: dict[int, dict[str, Any]] = {}
+        for test, params in self._in(ids):
+            for item_id, meta in self._read(f"SELECT id, meta FROM items WHERE +ns=? AND id {test}", (ns, *params)):
+                out[int(item_id)] = json.loads(meta)
+        return out
+
     def items_in_order(self, ns: int, space: str) -> list[tuple[int, int]]:
         """(id, token count) of every item of a space, in log order of their first cited turn."""
         rows = self._read(
