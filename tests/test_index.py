@@ -70,9 +70,14 @@ def test_bm25_compaction_keeps_every_score_and_holds_postings_in_less_memory():
         assert compacted.search(q, 50) == plain.search(q, 50)
 
 
-def test_bm25_extend_builds_the_index_add_builds():
+@pytest.mark.parametrize("chunk", [16_384, 500])
+def test_bm25_extend_builds_the_index_add_builds(chunk: int, monkeypatch: pytest.MonkeyPatch):
     """`extend` (a namespace's first search, or a batch of new items) gives the scores `add` one by one gives: from
-    empty, onto listed and compacted postings, with empty documents, repeated terms and new terms mixed in."""
+    empty, onto listed and compacted postings, with empty documents, repeated terms and new terms mixed in, in one
+    chunk or several."""
+    from cuemem.index import bm25
+
+    monkeypatch.setattr(bm25, "EXTEND_CHUNK", chunk)
     rng = np.random.default_rng(361)
     words = [f"w{i}" for i in range(300)]
     docs = [" ".join(rng.choice(words, size=int(rng.integers(0, 25)), p=_zipf(len(words)))) for _ in range(2500)]

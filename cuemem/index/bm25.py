@@ -7,6 +7,7 @@ holds exactly one namespace's documents, read from the store with `WHERE ns = ?`
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
 from itertools import chain
@@ -17,6 +18,7 @@ from ..store.vectors import top_k
 from .text import analyze
 
 COMPACT_AT = 50_000  # postings in the lists that trigger a compaction (and at least half as many as compacted)
+EXTEND_CHUNK = 16_384  # documents `extend` counts and merges at a time
 
 
 class BM25Index:
@@ -86,8 +88,12 @@ class BM25Index:
             for key, text in documents:
                 self.add(key, text)
             return
+        for start in range(0, len(documents), EXTEND_CHUNK):  # bounded transient memory: a chunk's tokens at a time
+            self._extend(documents[start : start + EXTEND_CHUNK])
+
+    def _extend(self, documents: list[tuple[int, str]]) -> None:
         vocab, first = self._vocab, len(self.keys)
-        terms: list[int] = []
+        terms = array("q")  # 8 bytes a token, not a list's pointer and int object
         lengths: list[int] = []
         for key, text in documents:
             tokens = self.analyzer(text)
@@ -101,7 +107,7 @@ class BM25Index:
             return
         self.compact()  # what is listed joins the block first: the new postings are newer than all of it
         docs = np.repeat(np.arange(first, len(self.keys), dtype=np.int64), lengths)
-        pairs, tfs = np.unique(np.asarray(terms, dtype=np.int64) * len(self.keys) + docs, return_counts=True)
+        pairs, tfs = np.unique(np.frombuffer(terms, dtype=np.int64) * len(self.keys) + docs, return_counts=True)
         term_of, doc_of = np.divmod(pairs, len(self.keys))  # sorted by term, then document
         ids, per_term = np.unique(term_of, return_counts=True)
         self._merge(ids, per_term, doc_of.astype(np.int32), tfs.astype(np.float32))
