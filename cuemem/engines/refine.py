@@ -67,7 +67,7 @@ def turn_table(ctx: EngineContext, space: str) -> TurnTable:
             table = older[1].grown(cited)
         else:
             ids = [i for i, _ in store.items_in_order(ns, space)]
-            table = TurnTable.build(store.item_metas(ns, ids))
+            table = TurnTable.build(store.item_metas(ns, ids, TurnTable.KEYS))
         ctx.indexes.keep_view(ns, name, version, table)
         return table
 

@@ -94,6 +94,9 @@ class TurnTable:
     speakers: list[str] = field(default_factory=list)  # in order of first appearance
     mentioned: Counter[str] = field(default_factory=Counter)  # names the items mention, with their counts
 
+    # The metadata a table is built from (Store.item_metas reads only these).
+    KEYS = ("speaker", "people", "date", "dates", "timestamp", "form")
+
     @classmethod
     def build(cls, metas: dict[int, dict[str, Any]]) -> TurnTable:
         return cls([], {}, PersonIndex(), {}, [], 0).grown(metas)
