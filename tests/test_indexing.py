@@ -436,7 +436,14 @@ def test_a_turn_table_grows_by_the_new_items_and_equals_one_built_anew(tmp_path:
             reads.append(len(ids))
             return get_items(ns, ids)
 
+        item_metas = memory.store.item_metas
+
+        def counted_metas(ns: int, ids: Any, keys: Any = None) -> Any:
+            reads.append(len(ids))
+            return item_metas(ns, ids, keys)
+
         memory.store.get_items = counted  # type: ignore[method-assign]
+        memory.store.item_metas = counted_metas  # type: ignore[method-assign]
         memory.add(more, user_id=USER, session_id="s2")
         grown = turn_table(ctx, "turn")
         assert reads == [len(more)], "the table was read whole again"
@@ -448,5 +455,7 @@ def test_a_turn_table_grows_by_the_new_items_and_equals_one_built_anew(tmp_path:
         reads.clear()
         rebuilt = turn_table(ctx, "turn")
         assert reads == [len(TRIP) + len(more) - 1] and len(rebuilt.ids) == len(anew.ids) - 1
+        left = [i for i, _ in memory.store.items_in_order(ns, "turn")]
+        assert rebuilt == TurnTable.build({i: item.meta for i, item in get_items(ns, left).items()})  # whole metas
     with pytest.raises(ValueError, match="newer items only"):
         anew.grown({anew.ids[0]: {}})
