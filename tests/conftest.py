@@ -160,9 +160,12 @@ class PG:
             conn.execute("SELECT pg_reload_conf()")
             conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}"')  # one left by a crashed run in a reused folder
             conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
-        from cuemem.store import open_store
+        from cuemem.store.postgres import PostgresStore
 
-        open_store(cls._uri_of(TEMPLATE)).close()  # the schema and pgvector, made once by the store itself
+        # The schema and pgvector, made once by the store itself. With 4 partitions, not 16: a test's store is
+        # small, and copying and checkpointing 144 partitions per test made the suite ~40 s slower on 2 cores
+        # (tests/test_pg_partitions.py creates stores with the default).
+        PostgresStore(cls._uri_of(TEMPLATE), partitions=4).close()
 
     @classmethod
     def _uri_of(cls, name: str) -> str:

@@ -244,3 +244,32 @@ def test_a_failed_migration_leaves_schema_1_as_it_was(pg):
         assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "1"
         assert conn.execute("SELECT text FROM turns").fetchall() == [("x",)]
         assert conn.execute("SELECT relkind::text FROM pg_class WHERE relname = 'turns'").fetchone()[0] == "r"
+
+
+def test_a_checkpoint_skips_only_partitions_that_never_held_a_row(pg):
+    """checkpoint() rewrites every partition that holds or held a row, and leaves alone those that never did. A
+    partition emptied by a delete and truncated by a plain VACUUM still counts: its indexes keep the pages where
+    its keys were (text: turn ids), so it is rewritten too."""
+    dsn = pg("checkpoint")
+    memory = memory_on(dsn)
+    try:
+        store = memory.store
+        assert isinstance(store, PostgresStore)
+        first, _, mine, _ = two_users_apart(store)
+        memory.add([{"id": f"secret-id-{i}", "text": f"turn {i}"} for i in range(40)], user_id=first)
+        memory.delete_all(user_id=first)
+        store._scrubber.done()  # (no scrub: the test looks at what a checkpoint picks)
+        with connect(dsn) as conn:
+            conn.execute(f"VACUUM turns{mine}")  # dead rows pruned, the empty heap truncated to 0 pages
+            assert conn.execute("SELECT pg_relation_size(%s)", (f"turns{mine}",)).fetchone()[0] == 0
+        written = set(store._ever_written())
+        assert f"turns{mine}" in written and "namespaces" in written and "history" not in written
+        assert {name for name in written if name.startswith("turns_p")} == {f"turns{mine}"}  # no other held turns
+        before = partition_files(dsn)
+        memory.checkpoint()
+        after = partition_files(dsn)
+        assert {name for name in before if after[name] != before[name]} == written & set(before)
+        assert after[f"turns{mine}"] != before[f"turns{mine}"]
+        assert set(store._ever_written()) <= written  # rewritten empty: its indexes are bare metapages again
+    finally:
+        memory.close()

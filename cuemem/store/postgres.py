@@ -110,9 +110,12 @@ class PostgresStore(PgScrub, PgVectors):
         pool_size: int = 8,
         hnsw_threshold: int = HNSW_THRESHOLD,
         scrub_after_s: float | None = None,
+        partitions: int = PARTITIONS,
     ) -> None:
         """`scrub_after_s`: seconds from a delete's commit to the VACUUM FULL of the tables that held its rows
-        (scrub.py; default POSTGRES_SCRUB_AFTER_S)."""
+        (scrub.py; default POSTGRES_SCRUB_AFTER_S). `partitions`: how many hash partitions by namespace a
+        new store's tables holding user text get (fixed then; an existing store keeps its own): more make each
+        scrub after a delete rewrite less, fewer make a small store cheaper to create and checkpoint."""
         if psycopg is None:
             raise StoreError(
                 "a PostgreSQL store needs the optional extra `postgres`: pip install 'cuemem[postgres]'"
@@ -126,7 +129,9 @@ class PostgresStore(PgScrub, PgVectors):
         self._bound = _Bound()
         self._last_used: dict[int, float] = {}  # id(connection) -> when it went back to the pool
         self._hnsw: dict[tuple[int, str, str], tuple[str, int] | None] = {}
-        self._partitions = PARTITIONS  # read from the store once it is open
+        if not 1 <= partitions <= 1024:
+            raise StoreError(f"partitions must be between 1 and 1024, got {partitions}")
+        self._partitions = partitions  # for a new store; read from the store once it is open
         self._partition_of: dict[int, int] = {}  # namespace id -> its partitions' remainder
         try:
             conninfo_to_dict(dsn)
@@ -219,9 +224,9 @@ class PostgresStore(PgScrub, PgVectors):
                     c.execute("CREATE EXTENSION IF NOT EXISTS vector")
                     c.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
                     c.execute(f"SET LOCAL search_path = {SCHEMA}, public")
-                    for statement in schema_statements(PARTITIONS):
+                    for statement in schema_statements(self._partitions):
                         c.execute(statement)
-                    c.execute("INSERT INTO meta(key, value) VALUES('partitions', %s)", (str(PARTITIONS),))
+                    c.execute("INSERT INTO meta(key, value) VALUES('partitions', %s)", (str(self._partitions),))
                     c.execute(
                         "INSERT INTO meta(key, value) VALUES('schema_version', %s)"
                         " ON CONFLICT(key) DO UPDATE SET value=excluded.value",

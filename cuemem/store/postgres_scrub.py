@@ -22,6 +22,7 @@ except ImportError:  # pragma: no cover - reported when a DSN is opened
     psycopg = None  # type: ignore[assignment]
 
 log = logging.getLogger("cuemem.store.postgres")
+BLOCK = 8192  # PostgreSQL's page: an index of that size is its metapage alone
 
 
 class PgScrub(SQLStore):
@@ -49,7 +50,7 @@ class PgScrub(SQLStore):
         freed disk blocks, old WAL segments, replicas or backups are wiped: that is the operator's (README)."""
         if self.read_only:
             return
-        held = self._vacuum_full(TEXT_TABLES, self.timeout)
+        held = self._vacuum_full(self._ever_written(), self.timeout)
         deadline = time.monotonic() + self.timeout
         while held and time.monotonic() < deadline:
             # a transaction older than the delete (another session's read, a scrub of another table running in the
@@ -63,11 +64,24 @@ class PgScrub(SQLStore):
             else:
                 self._scrubber.done()
 
+    def _ever_written(self) -> list[str]:
+        """The tables holding user text, with each partitioned one replaced by its partitions that hold or ever
+        held a row: a partition whose heap and TOAST are empty and whose indexes are a bare metapage (one page)
+        never held a byte of text, and rewriting the 144 partitions of a small store costs a second for nothing."""
+        written = self._query(
+            "SELECT c.relname FROM pg_class c JOIN pg_inherits i ON i.inhrelid = c.oid"
+            " JOIN pg_class p ON p.oid = i.inhparent JOIN pg_namespace n ON n.oid = p.relnamespace"
+            " WHERE n.nspname = %s AND p.relname = ANY(%s) AND (pg_relation_size(c.oid) > 0"
+            " OR (c.reltoastrelid <> 0 AND pg_relation_size(c.reltoastrelid) > 0)"
+            " OR EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND pg_relation_size(x.indexrelid) > %s))",
+            (SCHEMA, list(PARTITIONED), BLOCK),
+        )
+        return [t for t in TEXT_TABLES if t not in PARTITIONED] + [str(name) for (name,) in written]
+
     def _vacuum_full(self, tables: Iterable[str], lock_timeout: float) -> set[str]:
         """VACUUM FULL of `tables` (TEXT_TABLES or their partitions, in TEXT_TABLES' order), then CHECKPOINT; returns
-        the tables whose new file
-        still holds dead rows, because a transaction older than the delete may still see them (they are copied
-        over: scrub them again once it ended)."""
+        the tables whose new file still holds dead rows, because a transaction older than the delete may still see
+        them (they are copied over: scrub them again once it ended)."""
         held: set[str] = set()
         kept = re.compile(r"(\d+) dead row versions cannot be removed yet")
 
