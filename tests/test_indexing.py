@@ -436,14 +436,15 @@ def test_a_turn_table_grows_by_the_new_items_and_equals_one_built_anew(tmp_path:
             reads.append(len(ids))
             return get_items(ns, ids)
 
-        item_metas = memory.store.item_metas
+        space_metas = memory.store.space_metas
 
-        def counted_metas(ns: int, ids: Any, keys: Any = None) -> Any:
-            reads.append(len(ids))
-            return item_metas(ns, ids, keys)
+        def counted_metas(ns: int, space: str, keys: Any = None) -> Any:
+            found = space_metas(ns, space, keys)
+            reads.append(len(found))
+            return found
 
         memory.store.get_items = counted  # type: ignore[method-assign]
-        memory.store.item_metas = counted_metas  # type: ignore[method-assign]
+        memory.store.space_metas = counted_metas  # type: ignore[method-assign]
         memory.add(more, user_id=USER, session_id="s2")
         grown = turn_table(ctx, "turn")
         assert reads == [len(more)], "the table was read whole again"

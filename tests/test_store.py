@@ -98,20 +98,27 @@ def test_a_partially_deleted_item_is_removed_and_engines_replay(make_memory):
     assert memory.store.watermark(ns, "bm25") == seqs[-1]
 
 
-def test_item_metas_reads_what_get_items_reads_cut_to_the_keys_asked(make_memory):
+def test_space_metas_reads_what_get_items_reads_cut_to_the_keys_asked(make_memory):
+    """Store.space_metas: the metadata of a space's items that cite a turn (those of items_in_order), whole or cut
+    to the keys asked; nothing of another space, another namespace or an item citing no turn."""
     memory = make_memory("bm25")
     memory.add(TRIP, user_id="maya")
+    memory.add(TRIP, user_id="other")
     ns = memory.store.namespace_id(memory.namespace("maya"))
     seqs = [t.seq for t in memory.turns(user_id="maya")]
     metas = [{"speaker": "Maya", "people": ["Ines"], "date": "2024-05-01", "extra": {"deep": [1, 2]}}, {"form": 2}]
     items = [NewItem(f"m{i}", f"item {i}", meta, seqs[:1], 3) for i, meta in enumerate(metas)]
-    memory.store.put_items(ns, "window", items)
-    ids = list(memory.store.item_ids(ns, "window", ["m0", "m1"]).values())
+    memory.store.put_items(ns, "window", [*items, NewItem("lone", "cites no turn", {"speaker": "X"}, [], 1)])
+    ids = [i for i, _ in memory.store.items_in_order(ns, "window")]
     whole = {i: item.meta for i, item in memory.store.get_items(ns, ids).items()}
-    assert memory.store.item_metas(ns, ids) == whole and sorted(map(str, whole.values())) == sorted(map(str, metas))
-    cut = memory.store.item_metas(ns, ids, ("speaker", "date", "form", "absent"))
+    assert memory.store.space_metas(ns, "window") == whole and sorted(map(str, whole.values())) == sorted(
+        map(str, metas)
+    )
+    cut = memory.store.space_metas(ns, "window", ("speaker", "date", "form", "absent"))
     assert sorted(map(str, cut.values())) == sorted(map(str, [{"speaker": "Maya", "date": "2024-05-01"}, {"form": 2}]))
-    assert memory.store.item_metas(ns, []) == {} and memory.store.item_metas(ns + 999, ids) == {}
+    turns = memory.store.space_metas(ns, "turn", ("speaker",))
+    assert len(turns) == len(TRIP) and set(turns) == {i for i, _ in memory.store.items_in_order(ns, "turn")}
+    assert memory.store.space_metas(ns, "absent") == {} and memory.store.space_metas(ns + 999, "turn") == {}
 
 
 def test_concurrent_searches_and_adds_stay_consistent(make_memory):

@@ -66,8 +66,7 @@ def turn_table(ctx: EngineContext, space: str) -> TurnTable:
             cited = {i: item.meta for i, item in store.get_items(ns, new).items() if item.turn_ids}
             table = older[1].grown(cited)
         else:
-            ids = [i for i, _ in store.items_in_order(ns, space)]
-            table = TurnTable.build(store.item_metas(ns, ids, TurnTable.KEYS))
+            table = TurnTable.build(store.space_metas(ns, space, TurnTable.KEYS))
         ctx.indexes.keep_view(ns, name, version, table)
         return table
 

@@ -94,7 +94,7 @@ class TurnTable:
     speakers: list[str] = field(default_factory=list)  # in order of first appearance
     mentioned: Counter[str] = field(default_factory=Counter)  # names the items mention, with their counts
 
-    # The metadata a table is built from (Store.item_metas reads only these).
+    # The metadata a table is built from (Store.space_metas reads only these).
     KEYS = ("speaker", "people", "date", "dates", "timestamp", "form")
 
     @classmethod
