@@ -103,6 +103,7 @@ class BackgroundIndexer:
         with self._cond:
             self._backoff.pop(namespace, None)
             self._streak.pop(namespace, None)
+            self._prepared.discard(namespace)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until nothing is queued or being indexed (True), or `timeout` seconds passed (False)."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -52,6 +54,16 @@ def suffix_of(store: PostgresStore, ns: int) -> str:
         return store.partition_of(store._bound.conn, ns)
 
 
+@contextmanager
+def apart(dsn: str) -> Iterator[tuple[Memory, PostgresStore, str, str, str, str]]:
+    """A Memory on `dsn` (memory_on), its store, and two users whose rows live in different partitions, with the
+    suffixes of their partitions."""
+    with memory_on(dsn) as memory:
+        store = memory.store
+        assert isinstance(store, PostgresStore)
+        yield (memory, store, *two_users_apart(store))
+
+
 def two_users_apart(store: PostgresStore) -> tuple[str, str, str, str]:
     """Two users whose rows live in different partitions, and their partitions' suffixes."""
     mine = suffix_of(store, store.namespace_id(Namespace("user-0"), create=True))
@@ -74,11 +86,7 @@ def test_a_delete_scrubs_only_its_namespace_partitions(pg):
     """One deleted turn: the scrub rewrites the partitions of its namespace (and the namespaces table), not those
     of another namespace, and the turn's text is in no partition afterwards."""
     dsn = pg("scrub")
-    memory = memory_on(dsn)
-    try:
-        store = memory.store
-        assert isinstance(store, PostgresStore)
-        first, other, mine, theirs = two_users_apart(store)
+    with apart(dsn) as (memory, store, first, other, mine, theirs):
         for user in (first, other):
             memory.add(
                 [{"id": f"t{i}", "text": f"{user} turn {i} with the secret word kumquat{i}"} for i in range(30)],
@@ -98,8 +106,6 @@ def test_a_delete_scrubs_only_its_namespace_partitions(pg):
         with connect(dsn) as conn:
             found = conn.execute("SELECT COUNT(*) FROM turns WHERE text LIKE %s", ("%kumquat3%",)).fetchone()[0]
         assert found == 1  # the other namespace's turn t3, not user-0's
-    finally:
-        memory.close()
 
 
 def test_other_namespaces_do_not_wait_for_a_partition_being_scrubbed(pg):
@@ -107,11 +113,7 @@ def test_other_namespaces_do_not_wait_for_a_partition_being_scrubbed(pg):
     searches, adds and deletes without waiting, its statements run more than psycopg's prepare threshold (5) times
     so that prepared statements are in use, as in a long-lived server."""
     dsn = pg("locked")
-    memory = memory_on(dsn)
-    try:
-        store = memory.store
-        assert isinstance(store, PostgresStore)
-        _, free_user, mine, _ = two_users_apart(store)
+    with apart(dsn) as (memory, _store, _, free_user, mine, _):
         for i in range(8):  # warm: the same statements, past the prepare threshold
             memory.add({"id": f"w{i}", "text": f"warm turn {i} about tea"}, user_id=free_user)
             memory.search("tea", user_id=free_user)
@@ -137,8 +139,6 @@ def test_other_namespaces_do_not_wait_for_a_partition_being_scrubbed(pg):
         locker.close()
         worker.join(30)
         assert done and done[0] < 15, "a namespace in another partition waited for the locked one"
-    finally:
-        memory.close()
 
 
 # --------------------------------------------------------------------------- from schema 1
@@ -163,7 +163,8 @@ def table_digests(dsn: str) -> dict[str, str]:
         }
 
 
-def test_a_schema_1_store_is_migrated_with_everything_kept(pg):
+@pytest.mark.parametrize("partitions", [PARTITIONS, 3])
+def test_a_schema_1_store_is_migrated_with_everything_kept(pg, partitions: int):
     """A store filled under schema 2 is copied, row for row, into schema 1's unpartitioned tables (with an HNSW
     index as schema 1 built it); opening that store migrates it: the same rows, the counters go on, the HNSW index
     is on the namespace's partition and used, and searches answer as before."""
@@ -205,9 +206,9 @@ def test_a_schema_1_store_is_migrated_with_everything_kept(pg):
         )
         max_seq = dst.execute("SELECT MAX(seq) FROM turns").fetchone()[0]
 
-    with PostgresStore(target, hnsw_threshold=50, timeout=5) as store:  # the migration
+    with PostgresStore(target, hnsw_threshold=50, timeout=5, partitions=partitions) as store:  # the migration
         assert store._query("SELECT value FROM meta WHERE key='schema_version'")[0][0] == "2"
-        assert store._query("SELECT value FROM meta WHERE key='partitions'")[0][0] == str(PARTITIONS)
+        assert store._query("SELECT value FROM meta WHERE key='partitions'")[0][0] == str(partitions)
         with store.snapshot():
             suffix = store.partition_of(store._bound.conn, ns)
     assert table_digests(target) == expected
@@ -251,11 +252,7 @@ def test_a_checkpoint_skips_only_partitions_that_never_held_a_row(pg):
     partition emptied by a delete and truncated by a plain VACUUM still counts: its indexes keep the pages where
     its keys were (text: turn ids), so it is rewritten too."""
     dsn = pg("checkpoint")
-    memory = memory_on(dsn)
-    try:
-        store = memory.store
-        assert isinstance(store, PostgresStore)
-        first, _, mine, _ = two_users_apart(store)
+    with apart(dsn) as (memory, store, first, _, mine, _):
         memory.add([{"id": f"secret-id-{i}", "text": f"turn {i}"} for i in range(40)], user_id=first)
         memory.delete_all(user_id=first)
         store._scrubber.done()  # (no scrub: the test looks at what a checkpoint picks)
@@ -271,5 +268,3 @@ def test_a_checkpoint_skips_only_partitions_that_never_held_a_row(pg):
         assert {name for name in before if after[name] != before[name]} == written & set(before)
         assert after[f"turns{mine}"] != before[f"turns{mine}"]
         assert set(store._ever_written()) <= written  # rewritten empty: its indexes are bare metapages again
-    finally:
-        memory.close()

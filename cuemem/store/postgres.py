@@ -208,7 +208,7 @@ class PostgresStore(PgScrub, PgVectors):
                         c.execute(f"SET LOCAL maintenance_work_mem = '{MAINTENANCE_WORK_MEM}'")  # HNSW rebuilds
                         while current < SCHEMA_VERSION:
                             log.warning("cuemem: migrating %s from schema %d to %d", self.path, current, current + 1)
-                            MIGRATIONS[current](c, self._hnsw_on_partition)
+                            MIGRATIONS[current](c, self._hnsw_on_partition, self._partitions)
                             current += 1
                             c.execute(f"UPDATE {SCHEMA}.meta SET value=%s WHERE key='schema_version'", (str(current),))
                         return

@@ -220,7 +220,7 @@ TEXT_TABLES = (
 _SERIALS = (("turns", "seq"), ("items", "id"), ("vectors", "id"), ("history", "id"))
 
 
-def partition_tables(c: Any, rebuild_index: Any) -> None:
+def partition_tables(c: Any, rebuild_index: Any, partitions: int = PARTITIONS) -> None:
     """Schema 1 -> 2: the tables holding user text become hash-partitioned by namespace. Each is renamed aside
     (with its indexes), created anew with its partitions, filled from the old one in one statement, and the old
     one dropped; the serial counters go on where they were, and the HNSW indexes are built again on the partitions
@@ -234,7 +234,7 @@ def partition_tables(c: Any, rebuild_index: Any) -> None:
         ).fetchall():
             c.execute(f'ALTER INDEX "{index}" RENAME TO "v1_{index}"')
         c.execute(f"ALTER TABLE {table} RENAME TO v1_{table}")
-    for statement in schema_statements(PARTITIONS):
+    for statement in schema_statements(partitions):
         c.execute(statement)
     for table in PARTITIONED:
         c.execute(f"INSERT INTO {table} SELECT * FROM v1_{table}")
@@ -247,11 +247,12 @@ def partition_tables(c: Any, rebuild_index: Any) -> None:
         rebuild_index(c, int(ns), space, model, int(dims))
     c.execute(
         "INSERT INTO meta(key, value) VALUES('partitions', %s) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-        (str(PARTITIONS),),
+        (str(partitions),),
     )
 
 
-MIGRATIONS: dict[int, Any] = {1: partition_tables}  # version -> function(conn, rebuild_index) to version + 1
+# version -> function(conn, rebuild_index, partitions) bringing the schema to version + 1
+MIGRATIONS: dict[int, Any] = {1: partition_tables}
 
 
 _ESC = "\ue000"

@@ -12,7 +12,7 @@ from contextlib import suppress
 from typing import Any
 
 from ..errors import StoreError
-from .postgres_schema import PARTITIONED, SCHEMA, TEXT_TABLES
+from .postgres_schema import PARTITIONED, SCHEMA, TEXT_TABLES, partition_name
 from .postgres_vectors import MAINTENANCE_WORK_MEM
 from .sql import SQLStore
 
@@ -132,7 +132,7 @@ class PgScrub(SQLStore):
                 ).fetchone()[0]
             )
             self._partition_of[ns] = remainder
-        return f"_p{remainder}"
+        return partition_name("", remainder)
 
     def _scrub_targets(self, ns: int, tables: Iterable[str]) -> set[str]:
         """Of a partitioned table, only the partition holding `ns` held its deleted rows."""

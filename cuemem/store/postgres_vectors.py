@@ -66,7 +66,7 @@ class PgVectors(SQLStore):
             self.build_vector_index(ns, space, model, dims, conn=c)
 
     def partition_of(self, c: Any, ns: int) -> str:
-        """The suffix of the partitions holding namespace `ns` ("_p<r>"; "" for a store made before partitions)."""
+        """The suffix of the partitions holding namespace `ns` ("_p<r>"; the store's own, postgres_scrub.py)."""
         raise NotImplementedError
 
     def build_vector_index(self, ns: int, space: str, model: str, dims: int, *, conn: Any = None) -> str:
