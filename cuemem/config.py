@@ -112,6 +112,9 @@ class Settings:
     # Where a replaced value goes: "near" (just below the current one) or "last" (below every other candidate of the
     # `revise_depth`).
     revise_history: str = "last"
+    # The named goal first (issue 34): among the same candidates, a turn whose goal is another one than the goal the
+    # question names (a look-alike: "Day 1 of the Porto trip" for "Day 2 of the Lyon trip") goes below the others.
+    goal_first: bool = True
     # Weighted reciprocal-rank fusion: a ranking's votes are multiplied by its weight. The BM25 weight defaults
     # to the one measured for the embedder (1.0 for MiniLM, 0.2 for EmbeddingGemma: BENCHMARKS.md); -1 = that.
     rrf_bm25_weight: float = -1.0

@@ -9,7 +9,7 @@ import pytest
 
 from cuemem.config import Settings
 from cuemem.errors import CuememError
-from cuemem.index.revisions import Turn, asks_past, chains, compatible, read_statement
+from cuemem.index.revisions import Turn, asks_past, chains, compatible, other_goal, read_statement
 
 
 def _recurring(*names: str) -> Callable[[str], bool]:
@@ -79,6 +79,17 @@ def test_numbered_goals_do_not_mix() -> None:
     assert _chains(texts, _recurring("lumen")) == {}
 
 
+def test_a_look_alike_of_another_goal_is_told_apart() -> None:
+    asked = frozenset({"lumen", "sprint#5"})
+    assert other_goal(asked, frozenset({"lumen", "sprint#4"}))  # a numbered noun disagrees
+    assert other_goal(asked, frozenset({"orion", "sprint#5"}))  # shares an anchor, each names one the other lacks
+    assert other_goal(asked, frozenset({"orion", "sprint#2"}))  # nothing shared, but the sprint disagrees
+    assert not other_goal(asked, frozenset({"lumen", "sprint#5", "maple"}))  # the same goal, naming more
+    assert not other_goal(asked, frozenset({"lumen"}))  # the goal, named less precisely
+    assert not other_goal(frozenset({"paulo"}), frozenset({"vega", "bluefin"}))  # a second hop: nothing shared
+    assert not other_goal(frozenset(), frozenset({"lumen"})) and not other_goal(asked, frozenset())
+
+
 def test_questions_about_the_past_are_recognised() -> None:
     for q in ("What was the rent before?", "Which caterer did we originally pick?", "What did the slot used to be?"):
         assert asks_past(q), q
@@ -88,7 +99,12 @@ def test_questions_about_the_past_are_recognised() -> None:
 
 def test_settings_validate_the_revision_constants() -> None:
     assert Settings(revise_depth=0).revise_depth == 0
-    for bad in ({"revise_depth": -1}, {"revise_min_frame": 1.5}, {"revise_recurring": 0}, {"revise_history": "x"}):
+    for bad in (
+        {"revise_depth": -1},
+        {"revise_min_frame": 1.5},
+        {"revise_recurring": 0},
+        {"revise_history": "x"},
+    ):
         with pytest.raises(CuememError):
             Settings(**bad)  # type: ignore[arg-type]
 
@@ -134,3 +150,26 @@ def test_search_ranks_the_current_value_first_and_forgets_a_deleted_revision(mak
     after = memory.search("When does the outbound flight for the Nordic summit leave?", user_id="u", k=10).hits
     assert "t7" not in _ids(after)
     assert all("revision" not in h.detail for h in after)  # the old value is current again, no trace of t7
+
+
+SPRINTS = [
+    {"id": "s1", "speaker": "Ade", "text": "Lumen app planning starts today."},
+    {
+        "id": "s2",
+        "speaker": "Ade",
+        "text": "Sprint 4 of the Lumen app: the demo room is Orchid, the big demo room upstairs.",
+    },
+    {"id": "s3", "speaker": "Ade", "text": "Lumen app, sprint 5: we got Maple for it."},
+    {"id": "s4", "speaker": "Ade", "text": "The Lumen app backlog is groomed."},
+]
+
+
+def test_the_named_goal_ranks_before_its_look_alikes(make_memory) -> None:
+    question = "Which demo room did we get for sprint 5 of the Lumen app?"
+    plain = make_memory("hybrid", name="plain.db", settings=Settings(goal_first=False))
+    plain.add(SPRINTS, user_id="u", session_id="a")
+    assert _ids(plain.search(question, user_id="u", k=4).hits)[0] == "s2"  # the look-alike wins on words
+    memory = make_memory("hybrid")
+    memory.add(SPRINTS, user_id="u", session_id="a")
+    ids = _ids(memory.search(question, user_id="u", k=4).hits)
+    assert ids.index("s3") < ids.index("s2")  # sprint 4's room goes below sprint 5's

@@ -21,7 +21,6 @@ from cuemem.embed import HashingEmbedder
 from cuemem.engines import get_engine
 from cuemem.engines.scg import AssociativeGraph, ScgEngine, extract_concepts, normalise_concept, spread_activation
 from cuemem.engines.scg.assimilate import NEW_CONCEPT
-from cuemem.engines.scg.state import ScgConfig
 from cuemem.llm import LLMClient
 from cuemem.llm.base import Choice, LLMOutputError, Usage
 from cuemem.llm.local import gguf_path
@@ -439,8 +438,9 @@ def rank_of(hits: list[Any], turn: str) -> int:
     return next((i for i, h in enumerate(hits) if h.turn_ids == [turn]), len(hits))
 
 
-def test_the_second_hop_reaches_the_answer_through_the_pivots_goal(make_memory) -> None:
-    memory = make_memory("scg")
+@pytest.mark.parametrize("engine", ["scg", "stitch"])  # stitch composes scg's hop (engines/hop.py)
+def test_the_second_hop_reaches_the_answer_through_the_pivots_goal(make_memory, engine) -> None:
+    memory = make_memory(engine)
     memory.add(HOUSES, user_id="u", session_id="s1")
     words = set(HOP_QUESTION.lower().replace("?", "").split())
     assert not words & set(HOUSES[7]["text"].lower().replace(":", "").replace(".", "").split()) - {"the"}
@@ -449,15 +449,16 @@ def test_the_second_hop_reaches_the_answer_through_the_pivots_goal(make_memory) 
     assert rank_of(hits, "h8") < rank_of(hits, "h7")  # the other house's carpentry is the look-alike
     path = answer.detail["hop"]
     assert path["pivot"] == "h3" and {"harwick", "cottage"} <= set(path["goal"])
-    flat = make_memory(ScgEngine(ScgConfig(hop_weight=0)), name="flat.db")
+    flat = make_memory(f"{engine}[hop_weight=0]", name="flat.db")
     flat.add(HOUSES, user_id="u", session_id="s1")
     without = flat.search(HOP_QUESTION, user_id="u", k=12).hits
     assert rank_of(hits, "h8") < rank_of(without, "h8")
     assert not any("hop" in h.detail for h in without)
 
 
-def test_deleting_the_pivot_removes_the_hops_path(make_memory) -> None:
-    memory = make_memory("scg")
+@pytest.mark.parametrize("engine", ["scg", "stitch"])
+def test_deleting_the_pivot_removes_the_hops_path(make_memory, engine) -> None:
+    memory = make_memory(engine)
     memory.add(HOUSES, user_id="u", session_id="s1")
     before = memory.search(HOP_QUESTION, user_id="u", k=12).hits
     assert any(h.detail.get("hop", {}).get("pivot") == "h3" for h in before)

@@ -11,11 +11,11 @@ write or delete): a deleted turn is in no chain.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..index.names import normalise_name
-from ..index.revisions import Statement, Turn, asks_past, chains, read_statement
+from ..index.revisions import Statement, Turn, asks_past, chains, goals_in_focus, other_goal, read_statement
 from ..store.base import Item
 from ..types import Hit
 from .base import EngineContext
@@ -69,32 +69,51 @@ def current_first(
         turns.append(Turn(found.text, str(found.meta.get("session_id") or ""), statement))
     candidates = [index_of[i] for i, _ in head if i in index_of]
 
+    # the conversation's participants are who speaks and is spoken to, not what it is about: no goal's anchor
+    speakers = {w for s in table.speakers for w in normalise_name(s).split()}
+
     def recurring(name: str) -> bool:
-        return len(table.by_form.get(normalise_name(name), ())) >= settings.revise_recurring
+        form = normalise_name(name)
+        return form not in speakers and len(table.by_form.get(form, ())) >= settings.revise_recurring
 
     replaced = chains(turns, candidates, recurring, settings.revise_min_frame)
-    if not replaced:
-        return ranked, {}
     item_at = {index: item_id for item_id, index in index_of.items()}
+    others = _other_goals(query, turns, candidates, recurring, item_at) if settings.goal_first else set()
+    if not replaced and not others:
+        return ranked, {}
     current_of = {item_at[i]: item_at[j] for i, j in replaced.items()}
     notes = _notes(readings, current_of)
-    if asks_past(query):
-        return ranked, notes
+    keep_history = asks_past(query)
     rank = {item: r for r, (item, _) in enumerate(head)}
     history: dict[int, list[int]] = {}
-    for old, new in current_of.items():
-        history.setdefault(new, []).append(old)
+    if not keep_history:
+        for old, new in current_of.items():
+            history.setdefault(new, []).append(old)
     place: dict[int, tuple[int, int]] = {}
     for item in rank:
-        if item in current_of:
+        if item in current_of and not keep_history:
             continue
         members = [item, *history.get(item, [])]
-        place[item] = (min(rank[m] for m in members), 0)
+        best = min(rank[m] for m in members)
+        place[item] = (best + len(head) if item in others else best, 0)
         for n, old in enumerate(sorted(history.get(item, []), key=lambda m: -table.position.get(m, 0)), 1):
-            place[old] = (place[item][0], n) if settings.revise_history == "near" else (len(head) + rank[old], 0)
+            place[old] = (place[item][0], n) if settings.revise_history == "near" else (2 * len(head) + rank[old], 0)
     order = sorted(rank, key=lambda item: place.get(item, (rank[item], 0)))
     scores = [s for _, s in head]
     return [(item, score) for item, score in zip(order, scores, strict=True)] + tail, notes
+
+
+def _other_goals(
+    query: str, turns: list[Turn], candidates: list[int], recurring: Callable[[str], bool], item_at: dict[int, int]
+) -> set[int]:
+    """The candidates that name a goal of their own, another one than the goal the question names
+    (`revisions.other_goal`). A candidate naming none is left in place: the goal it inherits is a guess (dev: moving
+    those too cost stitch, whose ranking brings such turns up through the goal it resolved at ingest)."""
+    asked = read_statement(query).anchors(recurring)
+    if not asked:
+        return set()
+    goals = goals_in_focus(turns, candidates, recurring, own_only=True)
+    return {item_at[i] for i, goal in goals.items() if other_goal(asked, goal)}
 
 
 def _notes(readings: dict[int, tuple[Item, Statement]], current_of: dict[int, int]) -> dict[str, Any]:

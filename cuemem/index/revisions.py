@@ -268,9 +268,9 @@ def supersedes(
     min_frame: float = MIN_FRAME,
     weight: Callable[[str], float] = lambda w: 1.0,
 ) -> bool:
-    """Whether `later` replaces a value `earlier` stated: a kind of value both state with a new value in `later`,
-    and either compatible goals and the same attribute (frame overlap), or the old value quoted beside a change
-    word (then a turn that names no goal is taken to continue the earlier one's)."""
+    """Whether `later` replaces a value `earlier` stated: their goals are compatible and a kind of value both state
+    has a new value in `later`, either for the same attribute (frame overlap) or with the old value quoted beside a
+    change word ("forget X, it's Y now")."""
     if not compatible(earlier_goal, later_goal):
         return False
     old_values = dict(earlier.values)
@@ -295,6 +295,46 @@ def supersedes(
     return False
 
 
+def goals_in_focus(
+    turns: Sequence[Turn],
+    candidates: Sequence[int],
+    recurring: Callable[[str], bool],
+    own_only: bool = False,
+) -> dict[int, frozenset[str]]:
+    """For `turns` in conversation order: the goal of each candidate (the indexes given), its own anchors or, when
+    it names none, those of the nearest preceding turn that does (the goal in focus, carried forward); with
+    `own_only`, only the candidates that name their goal themselves."""
+    for turn in turns:
+        if turn.statement is None:
+            turn.statement = read_statement(turn.text)
+    goals: dict[int, frozenset[str]] = {}
+    focus: frozenset[str] = frozenset()
+    wanted = set(candidates)
+    inside = frozenset(w for turn in turns if turn.statement for n in turn.statement.names for w in n.split())
+    for i, turn in enumerate(turns):
+        assert turn.statement is not None
+        own = turn.statement.anchors(recurring, inside)
+        if own:
+            focus = own
+        if i in wanted and (own or not own_only):
+            goals[i] = own or focus
+    return goals
+
+
+def other_goal(asked: frozenset[str], goal: frozenset[str]) -> bool:
+    """Whether a turn's goal is another one than the goal a question names (a look-alike: "Day 1 of the Porto trip"
+    for a question about "Day 2 of the Lyon trip"): a numbered noun of both disagrees, or the two share an anchor
+    and each names one the other lacks. A turn or question naming no goal, or goals with nothing in common (a
+    second hop's pivot names another thing than its goal), are not told apart."""
+    if not asked or not goal:
+        return False
+    numbered_a = dict(a.split("#", 1) for a in asked if "#" in a)
+    numbered_b = dict(a.split("#", 1) for a in goal if "#" in a)
+    if any(numbered_b[noun] != n for noun, n in numbered_a.items() if noun in numbered_b):
+        return True
+    return bool(asked & goal) and not compatible(asked, goal)
+
+
 def chains(
     turns: Sequence[Turn],
     candidates: Sequence[int],
@@ -304,26 +344,13 @@ def chains(
     """For `turns` in conversation order and the indexes of the candidate turns among them: each superseded
     candidate -> the candidate that holds its current value (the latest of its chain). Turns that are not
     candidates serve only as context: the goal in focus that an anchorless candidate inherits."""
-    for turn in turns:
-        if turn.statement is None:
-            turn.statement = read_statement(turn.text)
-    goals: dict[int, frozenset[str]] = {}
-    focus: frozenset[str] = frozenset()
-    wanted = set(candidates)
+    goals = goals_in_focus(turns, candidates, recurring)
     frequency: Counter[str] = Counter(w for turn in turns if turn.statement for w in turn.statement.frame)
 
     def weight(word: str) -> float:
         return math.log(1 + len(turns) / (1 + frequency[word]))
 
-    inside = frozenset(w for turn in turns if turn.statement for n in turn.statement.names for w in n.split())
-    for i, turn in enumerate(turns):
-        assert turn.statement is not None
-        own = turn.statement.anchors(recurring, inside)
-        if own:
-            focus = own
-        if i in wanted:
-            goals[i] = own or focus
-    order = sorted(wanted)
+    order = sorted(goals)
     replaced: dict[int, int] = {}
     for a, i in enumerate(order):
         old = turns[i].statement
@@ -356,6 +383,8 @@ __all__ = [
     "chains",
     "compatible",
     "frame_overlap",
+    "goals_in_focus",
+    "other_goal",
     "read_statement",
     "supersedes",
 ]

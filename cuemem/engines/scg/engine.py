@@ -11,7 +11,6 @@ reciprocal rank with BM25 and dense similarity (`fusion`), then refined like eve
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -26,12 +25,12 @@ from ...types import Hit, Turn
 from ..base import BaseEngine, EngineContext, variant_name
 from ..baselines import prepare_embeddings, turn_document, turn_words
 from ..current import hit_detail
+from ..hop import GoalGraph, Goals, HopSettings, Path, hop_ranking, path_details
 from ..refine import refine, turn_table
 from ..structure import hit_text, turn_fields, with_header_tokens
 from .assimilate import NEW_CONCEPT, ModelAssimilator, TextAssimilator, concept_messages
 from .concepts import Candidate, extract_concepts
 from .graph import AssociativeGraph, spread_activation, top_concepts
-from .hop import GoalGraph, Goals, Path, goal_words, second_hop
 from .schema import Schema
 from .state import FOCUS, STATE, ScgConfig, ScgState, load_json
 
@@ -377,8 +376,6 @@ class ScgEngine(BaseEngine):
             first, paths = self.hop(ctx, view, first, seeds, query_vector)
         ranked, detail = refine(ctx, turn_space, query, query_vector, first, ranking)
         hits = ctx.hits_from_items(ranked[:k], self.name)
-        items = [i for i, _ in ranked[:k] if i in paths]
-        turn_ids = self._turn_ids(ctx, [paths[i].pivot for i in items])
         keys = {
             "seeds": seeds.weights,
             "activated": concepts[:10],
@@ -387,14 +384,8 @@ class ScgEngine(BaseEngine):
         }
         if seeds.free is not None:
             keys["free_keywords"] = seeds.free
-        hop_of = {tuple(hit.turn_ids): None for hit in hits}
-        found = ctx.store.get_items(ctx.ns, items)
-        for i in items:
-            if i in found:
-                hop_of[tuple(found[i].turn_ids)] = paths[i].describe(turn_ids)  # type: ignore[assignment]
-        for hit in hits:
+        for hit, path in zip(hits, path_details(ctx, hits, ranked, paths), strict=True):
             hit.detail = {**hit.detail, **hit_detail(detail, hit), "concepts": keys}
-            path = hop_of.get(tuple(hit.turn_ids))
             if path is not None:
                 hit.detail["hop"] = path
         return hits
@@ -407,63 +398,20 @@ class ScgEngine(BaseEngine):
         seeds: Seeds,
         query_vector: np.ndarray,
     ) -> tuple[list[tuple[int, float]], dict[int, Path]]:
-        """The second hop (hop.py): the goal's turns reached from the pivots (the first ranking's top turns, and
-        the turns that state a value or name the question states) and from the question's own goal, ordered by
-        activation x similarity to the question (the asked attribute), fused by reciprocal rank with the first
-        ranking, weighted hop_weight x the share of the activation the hop ranking holds."""
+        """The second hop (engines/hop.py) over the turn space, from the question's values and names."""
         cfg = self.config
-        stating = self.stating(ctx, [*(seeds.values or []), *(seeds.anchors or [])])
-        if not stating:  # no value or name of the question is stated by a few turns only: no pivot to hop from
-            return first, {}
-        pivots: dict[int, float] = {}
-        for rank, (item, _) in enumerate(first[: cfg.hop_pivots]):
-            pivots[item] = pivots.get(item, 0.0) + 1.0 / (rank + 1)
-        for item, weight in stating.items():
-            pivots[item] = pivots.get(item, 0.0) + cfg.hop_literal * weight
-        reached, paths = second_hop(
-            view.goals, pivots, goal_words(seeds.anchors or []), question_weight=cfg.hop_question
+        settings = HopSettings(
+            cfg.hop_weight,
+            cfg.hop_pivots,
+            cfg.hop_literal,
+            cfg.hop_literal_depth,
+            cfg.hop_literal_max,
+            cfg.hop_question,
+            cfg.hop_width,
+            cfg.hop_attribute,
         )
-        if not reached:
-            return first, {}
-        cosine = dict(ctx.nearest(self.space("turn"), ctx.embedder.name, query_vector, len(view.goals.turns)))
-        scored = sorted(
-            ((item, activation * max(cosine.get(item, 0.0), 0.0) ** cfg.hop_attribute) for item, activation in reached),
-            key=lambda x: -x[1],
-        )[: cfg.hop_width]
-        # how focused the activation is: the share of it the hop ranking holds (a goal every turn shares: little)
-        kept = {i for i, _ in scored}
-        focus = sum(a for i, a in reached if i in kept) / max(sum(a for _, a in reached), 1e-12)
-        fused = reciprocal_rank_fusion(
-            [[i for i, _ in first], [i for i, _ in scored]],
-            k=ctx.settings.rrf_k,
-            weights=[1.0, cfg.hop_weight * focus],
-        )
-        return [(int(i), s) for i, s in fused], {i: paths[i] for i, _ in scored}
-
-    def stating(self, ctx: EngineContext, phrases: Sequence[str]) -> dict[int, float]:
-        """Turns whose words hold one of the phrases as written (the question's values and names: its pivot), each
-        phrase's weight 1 shared among the turns stating it; a phrase stated by more than hop_literal_max turns
-        names no pivot."""
-        out: dict[int, float] = {}
-        for phrase in dict.fromkeys(p.lower().strip() for p in phrases):
-            words = phrase.split()
-            if not words:
-                continue
-            found = ctx.bm25(self.space("turn"), phrase, self.config.hop_literal_depth)
-            items = ctx.store.get_items(ctx.ns, [i for i, _ in found])
-            pattern = re.compile(r"(?<!\w)" + r"\W+".join(re.escape(w) for w in words) + r"(?!\w)")
-            hits = [i for i, _ in found if i in items and pattern.search(items[i].text.lower())]
-            if len(hits) > self.config.hop_literal_max:  # said everywhere (a participant's name): no pivot
-                continue
-            for i in hits:
-                out[i] = out.get(i, 0.0) + 1.0 / len(hits)
-        return out
-
-    def _turn_ids(self, ctx: EngineContext, items: Sequence[int | None]) -> dict[int, str]:
-        """The turn id each pivot item stands for (the hop's path names turns, not items)."""
-        wanted = [i for i in dict.fromkeys(items) if i is not None]
-        found = ctx.store.get_items(ctx.ns, wanted) if wanted else {}
-        return {i: it.turn_ids[0] for i, it in found.items() if it.turn_ids}
+        anchors, values = seeds.anchors or [], seeds.values or []
+        return hop_ranking(ctx, self.space("turn"), view.goals, first, anchors, values, query_vector, settings)
 
 
 VARIANTS: dict[str, ScgConfig] = {

@@ -24,12 +24,13 @@ from ...types import Hit, Turn
 from ..base import BaseEngine, EngineContext, variant_name
 from ..baselines import prepare_embeddings, turn_document, turn_words
 from ..current import hit_detail
+from ..hop import GoalGraph, Goals, HopSettings, hop_ranking, path_details
 from ..refine import refine, turn_table
 from ..structure import hit_text, turn_fields, with_header_tokens
 from .analysis import StepAnalysis, analyze_steps, wanted_types
 from .labellers import MODEL_WINDOW, Labeller, ModelFreeLabeller, ModelLabeller, Step
 from .scope import OpenSegment, centroid
-from .state import STATE, IngestState, StitchConfig
+from .state import GOALS, STATE, IngestState, StitchConfig
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class StepTable:
     scope: np.ndarray
     events: list[frozenset[str]]
     entities: list[frozenset[str]]
+    goals: GoalGraph  # steps x the words of their goal (the second hop)
 
 
 class StitchEngine(BaseEngine):
@@ -105,9 +107,10 @@ class StitchEngine(BaseEngine):
         with ctx.store.transaction(ctx.ns):
             state = self.state(ctx)
             inherited, sources = self._carry_focus(ctx, state, turns, docs, analyses, hashes, vectors)
+            goals = self._goals(ctx, turns, analyses)
             for i, turn in enumerate(turns):
                 step = Step(turn, docs[i], analyses[i], vectors[i], hashes[i], inherited[i], sources[i])
-                self._ingest_step(ctx, labeller, state, step)
+                self._ingest_step(ctx, labeller, state, step, goals[i])
                 if state.since_merge >= self.config.k_update:
                     self._merge_synonyms(ctx, state)
                     state.since_merge = 0
@@ -164,7 +167,32 @@ class StitchEngine(BaseEngine):
                 hashes[i], vectors[i] = new_hashes[j], new_vectors[j]
         return inherited, sources
 
-    def _ingest_step(self, ctx: EngineContext, labeller: Labeller, state: IngestState, step: Step) -> None:
+    def _goals(self, ctx: EngineContext, turns: Sequence[Turn], analyses: list[StepAnalysis]) -> list[list[str]]:
+        """Each step's goal (engines/hop.py `Goals`): its own anchors when it names one, else the goal of a value
+        it quotes, else the goal in focus it continues; the state carried in the store between batches."""
+        cfg = self.config
+        if cfg.hop_weight <= 0:
+            return [[] for _ in turns]
+        raw = ctx.store.kv_get(ctx.ns, self.name, GOALS)
+        goals = Goals.from_json(raw if isinstance(raw, dict) else None)
+        out = [
+            goals.step(
+                t.session_id,
+                a.anchors,
+                turn_words(t),
+                a.values,
+                recur=cfg.focus_recur,
+                whole=cfg.focus_whole,
+                quotes=False,
+            )
+            for t, a in zip(turns, analyses, strict=True)
+        ]
+        ctx.store.kv_set(ctx.ns, self.name, GOALS, goals.to_json())
+        return out
+
+    def _ingest_step(
+        self, ctx: EngineContext, labeller: Labeller, state: IngestState, step: Step, goal: Sequence[str] = ()
+    ) -> None:
         store, ns, cfg = ctx.store, ctx.ns, self.config
         step_space = self.space("step")
         if labeller.shift(state, step):
@@ -195,6 +223,7 @@ class StitchEngine(BaseEngine):
         store.put_vectors(ns, step_space, ctx.embedder.name, [(item, step.text_hash, step.vector)])
         rows = [(item, "segment", f"g{state.open.segment}"), (item, "scope", f"s{state.scope_of_open}")]
         rows += [(item, "event", e) for e in events] + [(item, "entity", t) for t in types]
+        rows += [(item, "goal", a) for a in dict.fromkeys(goal)]
         store.put_labels(ns, rows)
         state.open.members.append(step.turn.id)
         state.open.vectors.append([float(x) for x in step.vector])
@@ -274,6 +303,7 @@ class StitchEngine(BaseEngine):
                 scope=np.array([scopes.setdefault(labels[i].get("scope", ["?"])[0], len(scopes)) for i in ids]),
                 events=[frozenset(labels[i].get("event", [])) for i in ids],
                 entities=[frozenset(labels[i].get("entity", [])) for i in ids],
+                goals=GoalGraph.build([(i, a) for i in ids for a in labels[i].get("goal", [])]),
             )
             ctx.indexes.keep_view(ns, name, version, table)
             return table
@@ -290,7 +320,8 @@ class StitchEngine(BaseEngine):
             return []
         step_space = self.space("step")
         query_vector = ctx.embed_query(query)
-        events, types = self.labeller(ctx).query_filter(state, query, query_vector, analyze_query(query))
+        asked = analyze_query(query)
+        events, types = self.labeller(ctx).query_filter(state, query, query_vector, asked)
 
         def ranking(text: str, vector: np.ndarray) -> list[tuple[int, float]]:
             lexical = _dense_array(ctx.bm25(step_space, text, n), table, fill=0.0)
@@ -302,19 +333,45 @@ class StitchEngine(BaseEngine):
                 for scores, weight in ((lexical, bm25_weight), (semantic, dense_weight)):
                     relevance = _group_max(scores, table.segment) + cfg.link_weight * _group_max(scores, table.scope)
                     lists.append(relevance + 0.01 * scores)  # within a scope, the step's own similarity decides
-                    weights.append(weight)
+                    weights.append(weight * cfg.scope_weight)
             depth = min(n, cfg.fusion_depth)
             rankings = [np.argsort(-s, kind="stable")[:depth].tolist() for s in lists]
             fused = [(int(i), s) for i, s in reciprocal_rank_fusion(rankings, k=ctx.settings.rrf_k, weights=weights)]
             ranked = self._rank_by_density(table, fused, lists, set(events), set(types), max(k, depth))
             return [(table.ids[i], score) for i, score in ranked]
 
-        ranked, detail = refine(ctx, step_space, query, query_vector, ranking(query, query_vector), ranking)
+        first, paths = hop_ranking(
+            ctx,
+            step_space,
+            table.goals,
+            ranking(query, query_vector),
+            asked.anchors,
+            asked.values,
+            query_vector,
+            self.hop,
+        )
+        ranked, detail = refine(ctx, step_space, query, query_vector, first, ranking)
         hits = ctx.hits_from_items(ranked[:k], self.name)
-        for hit in hits:
+        for hit, path in zip(hits, path_details(ctx, hits, ranked, paths), strict=True):
             hit.detail = {**hit.detail, **hit_detail(detail, hit), "filter": {"events": events, "entity_types": types}}
+            if path is not None:
+                hit.detail["hop"] = path
             hit.text = spoken_text(hit.text, hit.detail.get("resolved") or [])
         return hits
+
+    @property
+    def hop(self) -> HopSettings:
+        cfg = self.config
+        return HopSettings(
+            cfg.hop_weight,
+            cfg.hop_pivots,
+            cfg.hop_literal,
+            cfg.hop_literal_depth,
+            cfg.hop_literal_max,
+            cfg.hop_question,
+            cfg.hop_width,
+            cfg.hop_attribute,
+        )
 
     def _rank_by_density(
         self,

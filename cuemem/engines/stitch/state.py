@@ -42,14 +42,26 @@ class StitchConfig:
     segment_max: int = 10  # steps after which a segment closes anyway
     link_threshold: float = 0.8  # centroid cosine at which a closed segment joins an earlier one's scope
     link_weight: float = 0.5  # weight of the linked scope's relevance beside the segment's own
+    scope_weight: float = 1.0  # weight of the two scope-relevance lists in the fusion, beside the step's own lists
     synonym_threshold: float = 0.85  # label-embedding cosine at which two labels merge
     event_boost: float = 0.05  # label density weights (soft ranking; dev sweep 0, 0.05, 0.1, 0.2: issue 34)
     entity_boost: float = 0.05
     fusion_depth: int = 400  # how deep each similarity list is read before fusion
     ranking: str = "soft"  # "soft": density boosts the fused similarity; "strict": density first, then similarity
+    # The second hop (engines/hop.py, composed from scg): each step is linked to its goal at ingest, and a question
+    # naming a pivot ("the day whose walk starts at 6:30 pm") reaches the goal's other steps. Constants as scg's.
+    hop_weight: float = 2.0  # weight of the hop ranking in the rank fusion with the first (0: no second hop)
+    hop_pivots: int = 1  # top steps of the first ranking that start the hop (weight 1 / rank)
+    hop_literal: float = 2.0  # activation of the steps stating the question's values and names, shared among them
+    hop_literal_depth: int = 20  # BM25 hits searched for a step stating each value or name as written
+    hop_literal_max: int = 4  # a value or name stated by more steps names no pivot; without a pivot, no hop
+    hop_question: float = 1.0  # activation the question's own goal words start with
+    hop_width: int = 50  # most activated steps that enter the hop ranking
+    hop_attribute: float = 1.0  # hop score = activation x (cosine with the question) ^ hop_attribute
 
 
 STATE = "state"  # kv key of the ingestion state (open segment, recent steps, counters)
+GOALS = "goals"  # kv key of the goal each value was said for, carried over the log (engines/hop.py Goals)
 
 
 @dataclass

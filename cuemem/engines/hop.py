@@ -1,4 +1,5 @@
-"""The second hop (SCG-MEM's spreading activation over goals; docs/design.md design 2, issue 34 item 3).
+"""The second hop (SCG-MEM's spreading activation over goals; docs/design.md design 2, issue 34 item 3), shared
+by the engines that link their turns to goals at ingest (scg, stitch).
 
 A multi-hop question names a *pivot* ("the day whose lodging is 170 euros") and asks an attribute of the goal the
 pivot belongs to ("the hour of its walk"); the answer turn shares no word with the question, only the goal. Each
@@ -16,6 +17,7 @@ the first by reciprocal rank. Each hop hit keeps its path: the pivot turn, the s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,8 +25,11 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from ...index.focus import Focus, anchor_words
-from ...index.text import STOPWORDS
+from ..index.focus import Focus, anchor_words
+from ..index.fusion import reciprocal_rank_fusion
+from ..index.text import STOPWORDS
+from ..types import Hit
+from .base import EngineContext
 
 
 def goal_words(anchors: Sequence[str]) -> list[str]:
@@ -203,4 +208,105 @@ def second_hop(
     return ranked, paths
 
 
-__all__ = ["GoalGraph", "Goals", "Path", "goal_words", "second_hop"]
+@dataclass(frozen=True)
+class HopSettings:
+    """An engine's constants for the hop (its config's hop_* fields; chosen on dev: docs/benchmarks/scg.md)."""
+
+    weight: float = 2.0  # weight of the hop ranking in the rank fusion with the first (0: no second hop)
+    pivots: int = 1  # top turns of the first ranking that start the hop (weight 1 / rank)
+    literal: float = 2.0  # activation of the turns stating the question's values and names, shared among them
+    literal_depth: int = 20  # BM25 hits searched for a turn stating each value or name as written
+    literal_max: int = 4  # a value or name stated by more turns names no pivot; without a pivot, no hop
+    question: float = 1.0  # activation the question's own goal words start with
+    width: int = 50  # most activated turns that enter the hop ranking
+    attribute: float = 1.0  # hop score = activation x (cosine with the question) ^ attribute
+
+
+def stating(ctx: EngineContext, space: str, phrases: Sequence[str], hop: HopSettings) -> dict[int, float]:
+    """Turns whose words hold one of the phrases as written (the question's values and names: its pivot), each
+    phrase's weight 1 shared among the turns stating it; a phrase stated by more than `literal_max` turns names
+    no pivot."""
+    out: dict[int, float] = {}
+    for phrase in dict.fromkeys(p.lower().strip() for p in phrases):
+        words = phrase.split()
+        if not words:
+            continue
+        found = ctx.bm25(space, phrase, hop.literal_depth)
+        items = ctx.store.get_items(ctx.ns, [i for i, _ in found])
+        pattern = re.compile(r"(?<!\w)" + r"\W+".join(re.escape(w) for w in words) + r"(?!\w)")
+        hits = [i for i, _ in found if i in items and pattern.search(items[i].text.lower())]
+        if len(hits) > hop.literal_max:  # said everywhere (a participant's name): no pivot
+            continue
+        for i in hits:
+            out[i] = out.get(i, 0.0) + 1.0 / len(hits)
+    return out
+
+
+def hop_ranking(
+    ctx: EngineContext,
+    space: str,
+    goals: GoalGraph,
+    first: list[tuple[int, float]],
+    anchors: Sequence[str],
+    values: Sequence[str],
+    query_vector: np.ndarray,
+    hop: HopSettings,
+) -> tuple[list[tuple[int, float]], dict[int, Path]]:
+    """The second hop over `space`: the goal's turns reached from the pivots (the first ranking's top turns, and
+    the turns that state a value or name the question states) and from the question's own goal (`anchors`),
+    ordered by activation x similarity to the question (the asked attribute), fused by reciprocal rank with the
+    first ranking, weighted `weight` x the share of the activation the hop ranking holds."""
+    if hop.weight <= 0 or not first:
+        return first, {}
+    literal = stating(ctx, space, [*values, *anchors], hop)
+    if not literal:  # no value or name of the question is stated by a few turns only: no pivot to hop from
+        return first, {}
+    pivots: dict[int, float] = {}
+    for rank, (item, _) in enumerate(first[: hop.pivots]):
+        pivots[item] = pivots.get(item, 0.0) + 1.0 / (rank + 1)
+    for item, weight in literal.items():
+        pivots[item] = pivots.get(item, 0.0) + hop.literal * weight
+    reached, paths = second_hop(goals, pivots, goal_words(anchors), question_weight=hop.question)
+    if not reached:
+        return first, {}
+    cosine = dict(ctx.nearest(space, ctx.embedder.name, query_vector, len(goals.turns)))
+    scored = sorted(
+        ((item, activation * max(cosine.get(item, 0.0), 0.0) ** hop.attribute) for item, activation in reached),
+        key=lambda x: -x[1],
+    )[: hop.width]
+    # how focused the activation is: the share of it the hop ranking holds (a goal every turn shares: little)
+    kept = {i for i, _ in scored}
+    focus = sum(a for i, a in reached if i in kept) / max(sum(a for _, a in reached), 1e-12)
+    fused = reciprocal_rank_fusion(
+        [[i for i, _ in first], [i for i, _ in scored]], k=ctx.settings.rrf_k, weights=[1.0, hop.weight * focus]
+    )
+    return [(int(i), s) for i, s in fused], {i: paths[i] for i, _ in scored}
+
+
+def path_details(
+    ctx: EngineContext, hits: Sequence[Hit], ranked: Sequence[tuple[int, float]], paths: dict[int, Path]
+) -> list[dict[str, Any] | None]:
+    """For each hit (made from `ranked`, in order): how the hop reached it (pivot turn, goal words, activation),
+    or None when it did not."""
+    items = [i for i, _ in ranked[: len(hits)] if i in paths]
+    if not items:
+        return [None] * len(hits)
+    wanted = [i for i in dict.fromkeys(paths[i].pivot for i in items) if i is not None]
+    pivots = ctx.store.get_items(ctx.ns, wanted) if wanted else {}
+    turn_ids = {i: it.turn_ids[0] for i, it in pivots.items() if it.turn_ids}
+    found = ctx.store.get_items(ctx.ns, items)
+    by_turns = {tuple(found[i].turn_ids): paths[i].describe(turn_ids) for i in items if i in found}
+    return [by_turns.get(tuple(hit.turn_ids)) for hit in hits]
+
+
+__all__ = [
+    "GoalGraph",
+    "Goals",
+    "HopSettings",
+    "Path",
+    "goal_words",
+    "hop_ranking",
+    "path_details",
+    "second_hop",
+    "stating",
+]
