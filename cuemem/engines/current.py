@@ -69,16 +69,19 @@ def current_first(
         turns.append(Turn(found.text, str(found.meta.get("session_id") or ""), statement))
     candidates = [index_of[i] for i, _ in head if i in index_of]
 
-    # the conversation's participants are who speaks and is spoken to, not what it is about: no goal's anchor
+    def recurring(name: str) -> bool:
+        return len(table.by_form.get(normalise_name(name), ())) >= settings.revise_recurring
+
+    # the conversation's participants are who speaks and is spoken to, not what a question is about: no anchor of
+    # the goal it names (LoCoMo dev: "Jon and Gina" read as a goal moved their own turns down)
     speakers = {w for s in table.speakers for w in normalise_name(s).split()}
 
-    def recurring(name: str) -> bool:
-        form = normalise_name(name)
-        return form not in speakers and len(table.by_form.get(form, ())) >= settings.revise_recurring
+    def goal_word(name: str) -> bool:
+        return normalise_name(name) not in speakers and recurring(name)
 
     replaced = chains(turns, candidates, recurring, settings.revise_min_frame)
     item_at = {index: item_id for item_id, index in index_of.items()}
-    others = _other_goals(query, turns, candidates, recurring, item_at) if settings.goal_first else set()
+    others = _other_goals(query, turns, candidates, goal_word, item_at) if settings.goal_first else set()
     if not replaced and not others:
         return ranked, {}
     current_of = {item_at[i]: item_at[j] for i, j in replaced.items()}

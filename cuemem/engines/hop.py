@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -210,16 +210,22 @@ def second_hop(
 
 @dataclass(frozen=True)
 class HopSettings:
-    """An engine's constants for the hop (its config's hop_* fields; chosen on dev: docs/benchmarks/scg.md)."""
+    """An engine's constants for the hop: its config's `hop_*` fields (scg's state.py says what each does; chosen
+    on dev: docs/benchmarks/scg.md)."""
 
-    weight: float = 2.0  # weight of the hop ranking in the rank fusion with the first (0: no second hop)
-    pivots: int = 1  # top turns of the first ranking that start the hop (weight 1 / rank)
-    literal: float = 2.0  # activation of the turns stating the question's values and names, shared among them
-    literal_depth: int = 20  # BM25 hits searched for a turn stating each value or name as written
-    literal_max: int = 4  # a value or name stated by more turns names no pivot; without a pivot, no hop
-    question: float = 1.0  # activation the question's own goal words start with
-    width: int = 50  # most activated turns that enter the hop ranking
-    attribute: float = 1.0  # hop score = activation x (cosine with the question) ^ attribute
+    weight: float
+    pivots: int
+    literal: float
+    literal_depth: int
+    literal_max: int
+    question: float
+    width: int
+    attribute: float
+
+    @classmethod
+    def of(cls, config: Any) -> HopSettings:
+        """The `hop_*` fields of an engine's config."""
+        return cls(**{f.name: getattr(config, f"hop_{f.name}") for f in fields(cls)})
 
 
 def stating(ctx: EngineContext, space: str, phrases: Sequence[str], hop: HopSettings) -> dict[int, float]:

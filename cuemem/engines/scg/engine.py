@@ -399,17 +399,7 @@ class ScgEngine(BaseEngine):
         query_vector: np.ndarray,
     ) -> tuple[list[tuple[int, float]], dict[int, Path]]:
         """The second hop (engines/hop.py) over the turn space, from the question's values and names."""
-        cfg = self.config
-        settings = HopSettings(
-            cfg.hop_weight,
-            cfg.hop_pivots,
-            cfg.hop_literal,
-            cfg.hop_literal_depth,
-            cfg.hop_literal_max,
-            cfg.hop_question,
-            cfg.hop_width,
-            cfg.hop_attribute,
-        )
+        settings = HopSettings.of(self.config)
         anchors, values = seeds.anchors or [], seeds.values or []
         return hop_ranking(ctx, self.space("turn"), view.goals, first, anchors, values, query_vector, settings)
 

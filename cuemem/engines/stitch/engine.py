@@ -361,17 +361,7 @@ class StitchEngine(BaseEngine):
 
     @property
     def hop(self) -> HopSettings:
-        cfg = self.config
-        return HopSettings(
-            cfg.hop_weight,
-            cfg.hop_pivots,
-            cfg.hop_literal,
-            cfg.hop_literal_depth,
-            cfg.hop_literal_max,
-            cfg.hop_question,
-            cfg.hop_width,
-            cfg.hop_attribute,
-        )
+        return HopSettings.of(self.config)
 
     def _rank_by_density(
         self,
