@@ -9,7 +9,15 @@ import pytest
 
 from cuemem.config import Settings
 from cuemem.errors import CuememError
-from cuemem.index.revisions import Turn, asks_past, chains, compatible, other_goal, read_statement
+from cuemem.index.revisions import (
+    Turn,
+    asks_past,
+    chains,
+    compatible,
+    goals_in_focus,
+    other_goal,
+    read_statement,
+)
 
 
 def _recurring(*names: str) -> Callable[[str], bool]:
@@ -88,6 +96,13 @@ def test_a_look_alike_of_another_goal_is_told_apart() -> None:
     assert not other_goal(asked, frozenset({"lumen"}))  # the goal, named less precisely
     assert not other_goal(frozenset({"paulo"}), frozenset({"vega", "bluefin"}))  # a second hop: nothing shared
     assert not other_goal(frozenset(), frozenset({"lumen"})) and not other_goal(asked, frozenset())
+
+
+def test_a_turn_naming_no_goal_inherits_the_one_in_focus_unless_only_own_goals_are_asked() -> None:
+    turns = [Turn("Sprint 4 of the Lumen app starts Monday."), Turn("Make it Maple instead.")]
+    lumen = _recurring("lumen")
+    assert goals_in_focus(turns, [0, 1], lumen) == {0: {"sprint#4", "lumen"}, 1: {"sprint#4", "lumen"}}
+    assert goals_in_focus(turns, [0, 1], lumen, own_only=True) == {0: {"sprint#4", "lumen"}}
 
 
 def test_questions_about_the_past_are_recognised() -> None:
@@ -173,3 +188,23 @@ def test_the_named_goal_ranks_before_its_look_alikes(make_memory) -> None:
     memory.add(SPRINTS, user_id="u", session_id="a")
     ids = _ids(memory.search(question, user_id="u", k=4).hits)
     assert ids.index("s3") < ids.index("s2")  # sprint 4's room goes below sprint 5's
+
+
+FRIENDS = [
+    {"id": "f1", "speaker": "Jon", "text": "Gina, my dance crew won first place at the regional comp!"},
+    {"id": "f2", "speaker": "Gina", "text": "Jon, dancing is my stress relief too. Mia taught me salsa."},
+    {"id": "f3", "speaker": "Gina", "text": "Mia is coming to the studio opening, Jon."},
+    {"id": "f4", "speaker": "Jon", "text": "Say hi to Mia from me, Gina."},
+    {"id": "f5", "speaker": "Gina", "text": "Mia loved the new playlist."},
+]
+
+
+def test_the_speakers_are_no_goal_a_question_names(make_memory) -> None:
+    question = "How do Jon and Gina both find stress relief?"
+    plain = make_memory("hybrid", name="plain.db", settings=Settings(goal_first=False))
+    plain.add(FRIENDS, user_id="u", session_id="a")
+    memory = make_memory("hybrid")
+    memory.add(FRIENDS, user_id="u", session_id="a")
+    expected = _ids(plain.search(question, user_id="u", k=5).hits)
+    assert expected[0] == "f2"
+    assert _ids(memory.search(question, user_id="u", k=5).hits) == expected  # "Jon and Gina" is who talks
