@@ -38,6 +38,7 @@ def goal_words(anchors: Sequence[str]) -> list[str]:
     return sorted(w for w in words if w not in STOPWORDS or w.isdigit())
 
 
+MOST_REACHED = 40  # the most activated turns scored, in hop widths: each needs its vector read
 MAX_SAID = 2_000  # values remembered with the goal they were said for (the oldest forgotten first)
 
 
@@ -275,18 +276,31 @@ def hop_ranking(
     reached, paths = second_hop(goals, pivots, goal_words(anchors), question_weight=hop.question)
     if not reached:
         return first, {}
-    cosine = dict(ctx.nearest(space, ctx.embedder.name, query_vector, len(goals.turns)))
+    total = sum(a for _, a in reached)
+    if len(reached) > hop.width * MOST_REACHED:  # the most activated, in the graph's order (ties keep it)
+        keep = {item for item, _ in sorted(reached, key=lambda x: -x[1])[: hop.width * MOST_REACHED]}
+        reached = [(item, a) for item, a in reached if item in keep]
+    cosine = _cosines(ctx, [item for item, _ in reached], query_vector)
     scored = sorted(
         ((item, activation * max(cosine.get(item, 0.0), 0.0) ** hop.attribute) for item, activation in reached),
         key=lambda x: -x[1],
     )[: hop.width]
     # how focused the activation is: the share of it the hop ranking holds (a goal every turn shares: little)
     kept = {i for i, _ in scored}
-    focus = sum(a for i, a in reached if i in kept) / max(sum(a for _, a in reached), 1e-12)
+    focus = sum(a for i, a in reached if i in kept) / max(total, 1e-12)
     fused = reciprocal_rank_fusion(
         [[i for i, _ in first], [i for i, _ in scored]], k=ctx.settings.rrf_k, weights=[1.0, hop.weight * focus]
     )
     return [(int(i), s) for i, s in fused], {i: paths[i] for i, _ in scored}
+
+
+def _cosines(ctx: EngineContext, items: list[int], query_vector: np.ndarray) -> dict[int, float]:
+    """The cosine of each item's stored vector with the question's (read for these items only: a search over the
+    whole namespace would cost as much as the namespace is large)."""
+    query = np.asarray(query_vector, dtype=np.float32)
+    query = query / (float(np.linalg.norm(query)) or 1.0)
+    found = ctx.store.item_vectors(ctx.ns, ctx.embedder.name, items)
+    return {i: float(v @ query) / (float(np.linalg.norm(v)) or 1.0) for i, v in found.items() if v.shape == query.shape}
 
 
 def path_details(
