@@ -165,3 +165,13 @@ def test_a_quoted_turn_deleted_takes_the_quote_out_of_the_cache(make_memory):
     assert memory.store.cached_embeddings(ns, memory.embedder.name, [quote])
     memory.delete("t0", user_id="u")
     assert not memory.store.cached_embeddings(ns, memory.embedder.name, [quote])
+
+
+def test_revisions_read_a_step_as_its_turn_said_it() -> None:
+    from cuemem.engines.stitch.engine import canonical_summary, said_by_step
+    from cuemem.store.base import Item
+
+    resolved = ["Confirmed with them: 210 euros for the nightly rate.", "Day 3"]
+    text = canonical_summary("Going back to day 2: the room rate moved to 190 euros.", resolved)
+    item = Item(1, "t9", text, {"resolved": resolved}, ["t9"])
+    assert said_by_step(item) == "Going back to day 2: the room rate moved to 190 euros."  # no quoted 210 euros

@@ -14,6 +14,7 @@ from cuemem.index.revisions import (
     asks_past,
     chains,
     compatible,
+    frame_overlap,
     goals_in_focus,
     other_goal,
     read_statement,
@@ -103,6 +104,17 @@ def test_a_turn_naming_no_goal_inherits_the_one_in_focus_unless_only_own_goals_a
     lumen = _recurring("lumen")
     assert goals_in_focus(turns, [0, 1], lumen) == {0: {"sprint#4", "lumen"}, 1: {"sprint#4", "lumen"}}
     assert goals_in_focus(turns, [0, 1], lumen, own_only=True) == {0: {"sprint#4", "lumen"}}
+
+
+def test_the_readings_do_not_depend_on_a_sets_order() -> None:
+    # a goal naming two days shares one with a question about either: no "last one wins" between them
+    both = frozenset({"lumen", "sprint#4", "sprint#5"})
+    assert not other_goal(frozenset({"lumen", "sprint#5"}), both)
+    assert compatible(frozenset({"lumen", "sprint#4"}), both)
+    assert other_goal(frozenset({"lumen", "sprint#6"}), both)
+    # weights summed exactly: 0.1 + 0.2 + 0.3 is 0.6 or 0.6000000000000001 by the order of a float sum
+    weight = {"a": 0.1, "b": 0.2, "c": 0.3, "d": 0.6}.__getitem__
+    assert frame_overlap(frozenset("abc"), frozenset("abcd"), weight) == 0.5
 
 
 def test_questions_about_the_past_are_recognised() -> None:

@@ -26,7 +26,16 @@ CONTEXT = 8  # preceding turns of the session looked at for the goal in focus of
 Ranked = list[tuple[int, float]]
 
 
-def _readings(ctx: EngineContext, space: str, ids: Sequence[int]) -> dict[int, tuple[Item, Statement]]:
+Said = Callable[[Item], str]  # an item's words as its turn said them (an engine that stores a summary strips it)
+
+
+def _as_stored(item: Item) -> str:
+    return item.text
+
+
+def _readings(
+    ctx: EngineContext, space: str, ids: Sequence[int], said: Said = _as_stored
+) -> dict[int, tuple[Item, Statement]]:
     """Each item's reading, cached for the namespace's epoch: an item never changes once written, so adds keep the
     readings (a search of a namespace being written to would read them all again), a delete drops them."""
     store, ns = ctx.store, ctx.ns
@@ -40,16 +49,17 @@ def _readings(ctx: EngineContext, space: str, ids: Sequence[int]) -> dict[int, t
         missing = [i for i in ids if i not in cache]
         if missing:
             for i, item in store.get_items(ns, missing).items():
-                cache[i] = (item, read_statement(item.text))
+                cache[i] = (item, read_statement(said(item)))
             ctx.indexes.remeasure(ns)  # the view grew in place: the cache's bound counts it
         return {i: cache[i] for i in ids if i in cache}
 
 
 def current_first(
-    ctx: EngineContext, space: str, table: TurnTable, query: str, ranked: Ranked
+    ctx: EngineContext, space: str, table: TurnTable, query: str, ranked: Ranked, said: Said | None = None
 ) -> tuple[Ranked, dict[str, Any]]:
     """Reorder the head of `ranked` so that each chain's current value comes first and its history just below it;
-    returns the ranking and the per-turn revision notes (for the hits' detail)."""
+    returns the ranking and the per-turn revision notes (for the hits' detail). Each item is read in the words
+    `said` gives: what its turn said, not what an engine indexed it with."""
     settings = ctx.settings
     depth = settings.revise_depth
     if depth <= 0 or len(ranked) < 2:
@@ -57,7 +67,7 @@ def current_first(
     head, tail = ranked[:depth], ranked[depth:]
     positions = sorted({table.position[i] for i, _ in head if i in table.position})
     around = sorted({p - d for p in positions for d in range(CONTEXT + 1) if p - d >= 0})
-    readings = _readings(ctx, space, [table.ids[p] for p in around])
+    readings = _readings(ctx, space, [table.ids[p] for p in around], said or _as_stored)
     turns: list[Turn] = []
     index_of: dict[int, int] = {}
     for p in around:
@@ -148,4 +158,4 @@ def hit_detail(detail: dict[str, Any], hit: Hit) -> dict[str, Any]:
     return shared if note is None else {**shared, "revision": note}
 
 
-__all__ = ["current_first", "hit_detail"]
+__all__ = ["Said", "current_first", "hit_detail"]

@@ -18,7 +18,7 @@ from ..index.fusion import reciprocal_rank_fusion
 from ..llm import LLMError
 from ..llm.rerank import likelihood_relevance
 from .base import EngineContext
-from .current import current_first
+from .current import Said, current_first
 from .structure import QueryStructure, TurnTable, hit_text, structural_boost
 
 log = logging.getLogger(__name__)
@@ -29,10 +29,17 @@ Rank = Callable[[str, np.ndarray], Ranked]
 
 
 def refine(
-    ctx: EngineContext, space: str, query: str, query_vector: np.ndarray, ranked: Ranked, rank: Rank
+    ctx: EngineContext,
+    space: str,
+    query: str,
+    query_vector: np.ndarray,
+    ranked: Ranked,
+    rank: Rank,
+    said: Said | None = None,
 ) -> tuple[Ranked, dict[str, Any]]:
     """Expansion, then structure, then reranking, over an engine's first ranking of `space` (best first). Returns
-    the new ranking and what each stage saw (for the hits' detail)."""
+    the new ranking and what each stage saw (for the hits' detail). `said` gives an item's words as its turn said
+    them, for an engine that stores a summary (current values first reads those)."""
     settings = ctx.settings
     table = turn_table(ctx, space)
     asked = QueryStructure.read(query, table, ctx.now)
@@ -40,7 +47,7 @@ def refine(
     if settings.expand_weight > 0 and ranked:
         ranked, detail["expansion"] = expand(ctx, query, query_vector, ranked, rank)
     ranked = structural_boost(table, ranked, asked, settings.speaker_boost, settings.date_boost)
-    ranked, revisions = current_first(ctx, space, table, query, ranked)
+    ranked, revisions = current_first(ctx, space, table, query, ranked, said)
     if revisions:
         detail["revisions"] = revisions
     if settings.rerank == "model" and ranked:

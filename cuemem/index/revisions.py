@@ -243,20 +243,36 @@ def compatible(earlier: frozenset[str], later: frozenset[str]) -> bool:
         return False
     if (earlier - later) and (later - earlier):
         return False
-    numbered_a = dict(a.split("#", 1) for a in earlier if "#" in a)
-    numbered_b = dict(a.split("#", 1) for a in later if "#" in a)
-    return all(numbered_b[noun] == n for noun, n in numbered_a.items() if noun in numbered_b)
+    return not _numbers_disagree(earlier, later)
+
+
+def _numbers(anchors: frozenset[str]) -> dict[str, set[str]]:
+    """The numbered nouns of a goal: noun -> its numbers ("day#1", "day#2" -> day: {1, 2})."""
+    out: dict[str, set[str]] = {}
+    for anchor in anchors:
+        if "#" in anchor:
+            noun, number = anchor.split("#", 1)
+            out.setdefault(noun, set()).add(number)
+    return out
+
+
+def _numbers_disagree(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Whether a numbered noun of both goals has no number in common ("day 1" against "day 2")."""
+    numbers_a, numbers_b = _numbers(a), _numbers(b)
+    return any(not (numbers & numbers_b[noun]) for noun, numbers in numbers_a.items() if noun in numbers_b)
 
 
 def frame_overlap(a: frozenset[str], b: frozenset[str], weight: Callable[[str], float]) -> float:
     """How much two frames share: the weight of their shared attribute words over the lighter frame's weight
     (FRAME_MEASURE "min"), or over both frames' ("union", a weighted Jaccard); each word weighted by its rarity."""
-    whole = sum(weight(w) for w in a | b) if FRAME_MEASURE == "union" else min(_sum(a, weight), _sum(b, weight))
-    return sum(weight(w) for w in a & b) / whole if whole > 0 else 0.0
+    whole = _sum(a | b, weight) if FRAME_MEASURE == "union" else min(_sum(a, weight), _sum(b, weight))
+    return _sum(a & b, weight) / whole if whole > 0 else 0.0
 
 
 def _sum(words: frozenset[str], weight: Callable[[str], float]) -> float:
-    return sum(weight(w) for w in words)
+    """The words' weights summed exactly (`math.fsum`): a float sum in a set's order would differ in its last bit
+    from one process to the next, and an overlap of exactly `min_frame` would then pass or fail by chance."""
+    return math.fsum(weight(w) for w in words)
 
 
 def supersedes(
@@ -328,11 +344,7 @@ def other_goal(asked: frozenset[str], goal: frozenset[str]) -> bool:
     second hop's pivot names another thing than its goal), are not told apart."""
     if not asked or not goal:
         return False
-    numbered_a = dict(a.split("#", 1) for a in asked if "#" in a)
-    numbered_b = dict(a.split("#", 1) for a in goal if "#" in a)
-    if any(numbered_b[noun] != n for noun, n in numbered_a.items() if noun in numbered_b):
-        return True
-    return bool(asked & goal) and not compatible(asked, goal)
+    return _numbers_disagree(asked, goal) or (bool(asked & goal) and not compatible(asked, goal))
 
 
 def chains(

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...index.fusion import reciprocal_rank_fusion
-from ...store.base import DerivedSpec, NewItem
+from ...store.base import DerivedSpec, Item, NewItem
 from ...types import Hit, Turn
 from ..base import BaseEngine, EngineContext, variant_name
 from ..baselines import prepare_embeddings, turn_document, turn_words
@@ -350,7 +350,7 @@ class StitchEngine(BaseEngine):
             query_vector,
             self.hop,
         )
-        ranked, detail = refine(ctx, step_space, query, query_vector, first, ranking)
+        ranked, detail = refine(ctx, step_space, query, query_vector, first, ranking, said_by_step)
         hits = ctx.hits_from_items(ranked[:k], self.name)
         for hit, path in zip(hits, path_details(ctx, hits, ranked, paths), strict=True):
             hit.detail = {**hit.detail, **hit_detail(detail, hit), "filter": {"events": events, "entity_types": types}}
@@ -413,6 +413,11 @@ def spoken_text(summary: str, antecedents: Sequence[str]) -> str:
     the step continues stays in the hit's detail, `resolved`)."""
     suffix = canonical_summary("", antecedents)
     return summary.replace(suffix, "", 1) if antecedents else summary
+
+
+def said_by_step(item: Item) -> str:
+    """A step's words as its turn said them: the canonical summary without what it was indexed with."""
+    return spoken_text(item.text, item.meta.get("resolved") or [])
 
 
 def analyze_query(query: str) -> StepAnalysis:
