@@ -338,13 +338,11 @@ def goals_in_focus(
 
 
 def other_goal(asked: frozenset[str], goal: frozenset[str]) -> bool:
-    """Whether a turn's goal is another one than the goal a question names (a look-alike: "Day 1 of the Porto trip"
-    for a question about "Day 2 of the Lyon trip"): a numbered noun of both disagrees, or the two share an anchor
-    and each names one the other lacks. A turn or question naming no goal, or goals with nothing in common (a
-    second hop's pivot names another thing than its goal), are not told apart."""
-    if not asked or not goal:
-        return False
-    return _numbers_disagree(asked, goal) or (bool(asked & goal) and not compatible(asked, goal))
+    """Whether a turn's goal is another one than the goal a question names (a look-alike: "Day 1 of the Lyon trip"
+    for a question about "Day 2 of the Lyon trip"): a numbered noun of both disagrees. Two goals that merely name
+    different things are not told apart: a recurring name may be the goal ("the Porto trip") or a value stated for
+    it ("dinner at Cervejaria Ramiro"), which a model-free reading cannot tell (dev: docs/benchmarks/came.md)."""
+    return bool(asked and goal) and _numbers_disagree(asked, goal)
 
 
 def chains(
