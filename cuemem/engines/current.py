@@ -79,15 +79,23 @@ def current_first(
         turns.append(Turn(found.text, str(found.meta.get("session_id") or ""), statement))
     candidates = [index_of[i] for i, _ in head if i in index_of]
 
+    forms: dict[str, str] = {}  # this call's: the same few names are asked about thousands of times
+
+    def form_of(name: str) -> str:
+        form = forms.get(name)
+        if form is None:
+            form = forms[name] = normalise_name(name)
+        return form
+
     def recurring(name: str) -> bool:
-        return len(table.by_form.get(normalise_name(name), ())) >= settings.revise_recurring
+        return len(table.by_form.get(form_of(name), ())) >= settings.revise_recurring
 
     # the conversation's participants are who speaks and is spoken to, not what a question is about: no anchor of
     # the goal it names (LoCoMo dev: "Jon and Gina" read as a goal moved their own turns down)
     speakers = {w for s in table.speakers for w in normalise_name(s).split()}
 
     def goal_word(name: str) -> bool:
-        return normalise_name(name) not in speakers and recurring(name)
+        return form_of(name) not in speakers and recurring(name)
 
     replaced = chains(turns, candidates, recurring, settings.revise_min_frame)
     item_at = {index: item_id for item_id, index in index_of.items()}

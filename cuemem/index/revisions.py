@@ -297,7 +297,7 @@ def supersedes(
         old_values["name"] = frozenset(old_names)
     if new_names:
         new_values["name"] = frozenset(new_names)
-    same_attribute = frame_overlap(earlier.frame, later.frame, weight) >= min_frame
+    same_attribute: bool | None = None  # the frames' overlap, read only for a pair that states a new value
     for kind, old in old_values.items():
         said = new_values.get(kind)
         if not said:
@@ -306,7 +306,11 @@ def supersedes(
         new = said - named_old
         if not new or not (new - old) or (old & new):  # no new value, or the earlier one says the new value too
             continue
-        if same_attribute or (later.changes and old & named_old):
+        if later.changes and old & named_old:
+            return True
+        if same_attribute is None:
+            same_attribute = frame_overlap(earlier.frame, later.frame, weight) >= min_frame
+        if same_attribute:
             return True
     return False
 
