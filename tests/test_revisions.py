@@ -89,29 +89,35 @@ def test_numbered_goals_do_not_mix() -> None:
 
 
 def test_a_look_alike_of_another_goal_is_told_apart() -> None:
-    asked = frozenset({"lumen", "sprint#5"})
-    assert other_goal(asked, frozenset({"lumen", "sprint#4"}))  # a numbered noun disagrees
-    assert other_goal(asked, frozenset({"orion", "sprint#2"}))  # nothing shared, but the sprint disagrees
-    assert not other_goal(asked, frozenset({"ramiro", "sprint#5"}))  # a recurring name: a goal's, or a value?
-    assert not other_goal(asked, frozenset({"lumen", "sprint#5", "maple"}))  # the same goal, naming more
-    assert not other_goal(asked, frozenset({"lumen"}))  # the goal, named less precisely
-    assert not other_goal(frozenset({"paulo"}), frozenset({"vega", "bluefin"}))  # a second hop: nothing shared
-    assert not other_goal(frozenset(), frozenset({"lumen"})) and not other_goal(asked, frozenset())
+    def numbered(text: str) -> frozenset[tuple[str, str]]:
+        return read_statement(text).numbered
+
+    asked = numbered("Which demo room did we get for sprint 5 of the Lumen app?")
+    assert asked == {("sprint", "5")}
+    assert other_goal(asked, numbered("Sprint 4 of the Lumen app: the demo room is Orchid."))  # disagrees
+    assert other_goal(asked, numbered("Sprint 2 of the Orion build starts Monday."))  # nothing else shared
+    assert not other_goal(asked, numbered("Lumen app, sprint 5: we got Maple for it."))  # the same goal
+    assert not other_goal(asked, numbered("Sprint 5 dinner is booked at Cervejaria Ramiro."))  # a name is no goal
+    assert not other_goal(asked, numbered("The Lumen app backlog is groomed."))  # names no number
+    assert not other_goal(frozenset(), numbered("Sprint 4 of the Lumen app."))  # the question names none
 
 
-def test_a_turn_naming_no_goal_inherits_the_one_in_focus_unless_only_own_goals_are_asked() -> None:
+def test_a_turn_naming_no_goal_inherits_the_one_in_focus_but_is_not_told_apart_by_it() -> None:
     turns = [Turn("Sprint 4 of the Lumen app starts Monday."), Turn("Make it Maple instead.")]
-    lumen = _recurring("lumen")
-    assert goals_in_focus(turns, [0, 1], lumen) == {0: {"sprint#4", "lumen"}, 1: {"sprint#4", "lumen"}}
-    assert goals_in_focus(turns, [0, 1], lumen, own_only=True) == {0: {"sprint#4", "lumen"}}
+    assert goals_in_focus(turns, [0, 1], _recurring("lumen")) == {
+        0: {"sprint#4", "lumen"},
+        1: {"sprint#4", "lumen"},
+    }
+    # the goal stage reads what a turn names itself: the inherited "sprint 4" is a guess, not a look-alike's mark
+    assert not other_goal(frozenset({("sprint", "5")}), read_statement(turns[1].text).numbered)
 
 
 def test_the_readings_do_not_depend_on_a_sets_order() -> None:
-    # a goal naming two days shares one with a question about either: no "last one wins" between them
-    both = frozenset({"lumen", "sprint#4", "sprint#5"})
-    assert not other_goal(frozenset({"lumen", "sprint#5"}), both)
-    assert compatible(frozenset({"lumen", "sprint#4"}), both)
-    assert other_goal(frozenset({"lumen", "sprint#6"}), both)
+    # a goal naming two sprints shares one with a question about either: no "last one wins" between them
+    both = frozenset({("sprint", "4"), ("sprint", "5")})
+    assert not other_goal(frozenset({("sprint", "5")}), both)
+    assert compatible(frozenset({"lumen", "sprint#4"}), frozenset({"lumen", "sprint#4", "sprint#5"}))
+    assert other_goal(frozenset({("sprint", "6")}), both)
     # weights summed exactly: 0.1 + 0.2 + 0.3 is 0.6 or 0.6000000000000001 by the order of a float sum
     weight = {"a": 0.1, "b": 0.2, "c": 0.3, "d": 0.6}.__getitem__
     assert frame_overlap(frozenset("abc"), frozenset("abcd"), weight) == 0.5

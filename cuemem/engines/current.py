@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..index.names import normalise_name
-from ..index.revisions import Statement, Turn, asks_past, chains, goals_in_focus, other_goal, read_statement
+from ..index.revisions import Statement, Turn, asks_past, chains, other_goal, read_statement
 from ..store.base import Item
 from ..types import Hit
 from .base import EngineContext
@@ -90,16 +90,9 @@ def current_first(
     def recurring(name: str) -> bool:
         return len(table.by_form.get(form_of(name), ())) >= settings.revise_recurring
 
-    # the conversation's participants are who speaks and is spoken to, not what a question is about: no anchor of
-    # the goal it names (LoCoMo dev: "Jon and Gina" read as a goal moved their own turns down)
-    speakers = {w for s in table.speakers for w in normalise_name(s).split()}
-
-    def goal_word(name: str) -> bool:
-        return form_of(name) not in speakers and recurring(name)
-
     replaced = chains(turns, candidates, recurring, settings.revise_min_frame)
     item_at = {index: item_id for item_id, index in index_of.items()}
-    others = _other_goals(query, turns, candidates, goal_word, item_at) if settings.goal_first else set()
+    others = _other_goals(query, turns, candidates, item_at) if settings.goal_first else set()
     if not replaced and not others:
         return ranked, {}
     current_of = {item_at[i]: item_at[j] for i, j in replaced.items()}
@@ -124,17 +117,18 @@ def current_first(
     return [(item, score) for item, score in zip(order, scores, strict=True)] + tail, notes
 
 
-def _other_goals(
-    query: str, turns: list[Turn], candidates: list[int], recurring: Callable[[str], bool], item_at: dict[int, int]
-) -> set[int]:
-    """The candidates that name a goal of their own, another one than the goal the question names
-    (`revisions.other_goal`). A candidate naming none is left in place: the goal it inherits is a guess (dev: moving
+def _other_goals(query: str, turns: list[Turn], candidates: list[int], item_at: dict[int, int]) -> set[int]:
+    """The candidates whose own numbered nouns disagree with the question's (`revisions.other_goal`: "Day 1" for a
+    question about "Day 2"). Only what a turn names itself counts: a goal it would inherit is a guess (dev: moving
     those too cost stitch, whose ranking brings such turns up through the goal it resolved at ingest)."""
-    asked = read_statement(query).anchors(recurring)
+    asked = read_statement(query).numbered
     if not asked:
         return set()
-    goals = goals_in_focus(turns, candidates, recurring, own_only=True)
-    return {item_at[i] for i, goal in goals.items() if other_goal(asked, goal)}
+    return {
+        item_at[i]
+        for i in candidates
+        if (statement := turns[i].statement) is not None and other_goal(asked, statement.numbered)
+    }
 
 
 def _notes(readings: dict[int, tuple[Item, Statement]], current_of: dict[int, int]) -> dict[str, Any]:

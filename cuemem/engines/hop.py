@@ -303,13 +303,11 @@ def _cosines(ctx: EngineContext, items: list[int], query_vector: np.ndarray) -> 
     return {i: float(v @ query) / (float(np.linalg.norm(v)) or 1.0) for i, v in found.items() if v.shape == query.shape}
 
 
-def path_details(
-    ctx: EngineContext, hits: Sequence[Hit], ranked: Sequence[tuple[int, float]], paths: dict[int, Path]
-) -> list[dict[str, Any] | None]:
-    """For each hit (made from `ranked`, in order): how the hop reached it (pivot turn, goal words, activation),
-    or None when it did not."""
-    items = [i for i, _ in ranked[: len(hits)] if i in paths]
-    if not items:
+def path_details(ctx: EngineContext, hits: Sequence[Hit], paths: dict[int, Path]) -> list[dict[str, Any] | None]:
+    """For each hit: how the hop reached it (pivot turn, goal words, activation), or None when it did not. Hits
+    and hop items meet by their turn ids (a hit whose item lost its turns is not made, so positions differ)."""
+    items = list(paths)  # at most the hop's width
+    if not items or not hits:
         return [None] * len(hits)
     wanted = [i for i in dict.fromkeys(paths[i].pivot for i in items) if i is not None]
     pivots = ctx.store.get_items(ctx.ns, wanted) if wanted else {}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .dates import MONTHS, WEEKDAYS
@@ -243,23 +243,25 @@ def compatible(earlier: frozenset[str], later: frozenset[str]) -> bool:
         return False
     if (earlier - later) and (later - earlier):
         return False
-    return not _numbers_disagree(earlier, later)
+    return not _disagree(_numbers(earlier), _numbers(later))
 
 
-def _numbers(anchors: frozenset[str]) -> dict[str, set[str]]:
-    """The numbered nouns of a goal: noun -> its numbers ("day#1", "day#2" -> day: {1, 2})."""
+def _by_noun(pairs: Iterable[Sequence[str]]) -> dict[str, set[str]]:
+    """Numbered nouns as noun -> its numbers (("day", "1"), ("day", "2") -> day: {1, 2})."""
     out: dict[str, set[str]] = {}
-    for anchor in anchors:
-        if "#" in anchor:
-            noun, number = anchor.split("#", 1)
-            out.setdefault(noun, set()).add(number)
+    for noun, number in pairs:
+        out.setdefault(noun, set()).add(number)
     return out
 
 
-def _numbers_disagree(a: frozenset[str], b: frozenset[str]) -> bool:
-    """Whether a numbered noun of both goals has no number in common ("day 1" against "day 2")."""
-    numbers_a, numbers_b = _numbers(a), _numbers(b)
-    return any(not (numbers & numbers_b[noun]) for noun, numbers in numbers_a.items() if noun in numbers_b)
+def _numbers(anchors: frozenset[str]) -> dict[str, set[str]]:
+    """The numbered nouns among a goal's anchors ("day#1", "day#2", "lyon" -> day: {1, 2})."""
+    return _by_noun(a.split("#", 1) for a in anchors if "#" in a)
+
+
+def _disagree(a: dict[str, set[str]], b: dict[str, set[str]]) -> bool:
+    """Whether a numbered noun of both has no number in common ("day 1" against "day 2")."""
+    return any(not (numbers & b[noun]) for noun, numbers in a.items() if noun in b)
 
 
 def frame_overlap(a: frozenset[str], b: frozenset[str], weight: Callable[[str], float]) -> float:
@@ -319,11 +321,9 @@ def goals_in_focus(
     turns: Sequence[Turn],
     candidates: Sequence[int],
     recurring: Callable[[str], bool],
-    own_only: bool = False,
 ) -> dict[int, frozenset[str]]:
     """For `turns` in conversation order: the goal of each candidate (the indexes given), its own anchors or, when
-    it names none, those of the nearest preceding turn that does (the goal in focus, carried forward); with
-    `own_only`, only the candidates that name their goal themselves."""
+    it names none, those of the nearest preceding turn that does (the goal in focus, carried forward)."""
     for turn in turns:
         if turn.statement is None:
             turn.statement = read_statement(turn.text)
@@ -336,17 +336,18 @@ def goals_in_focus(
         own = turn.statement.anchors(recurring, inside)
         if own:
             focus = own
-        if i in wanted and (own or not own_only):
+        if i in wanted:
             goals[i] = own or focus
     return goals
 
 
-def other_goal(asked: frozenset[str], goal: frozenset[str]) -> bool:
-    """Whether a turn's goal is another one than the goal a question names (a look-alike: "Day 1 of the Lyon trip"
-    for a question about "Day 2 of the Lyon trip"): a numbered noun of both disagrees. Two goals that merely name
-    different things are not told apart: a recurring name may be the goal ("the Porto trip") or a value stated for
-    it ("dinner at Cervejaria Ramiro"), which a model-free reading cannot tell (dev: docs/benchmarks/came.md)."""
-    return bool(asked and goal) and _numbers_disagree(asked, goal)
+def other_goal(asked: frozenset[tuple[str, str]], numbered: frozenset[tuple[str, str]]) -> bool:
+    """Whether a turn is about another goal than the one a question names (a look-alike: "Day 1 of the Lyon trip"
+    for a question about "Day 2 of the Lyon trip"): a numbered noun of both (`Statement.numbered`) disagrees. Two
+    goals that merely name different things are not told apart: a recurring name may be the goal ("the Porto trip")
+    or a value stated for it ("dinner at Cervejaria Ramiro"), which a model-free reading cannot tell (dev:
+    docs/benchmarks/came.md)."""
+    return bool(asked and numbered) and _disagree(_by_noun(asked), _by_noun(numbered))
 
 
 def chains(

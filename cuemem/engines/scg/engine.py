@@ -384,7 +384,7 @@ class ScgEngine(BaseEngine):
         }
         if seeds.free is not None:
             keys["free_keywords"] = seeds.free
-        for hit, path in zip(hits, path_details(ctx, hits, ranked, paths), strict=True):
+        for hit, path in zip(hits, path_details(ctx, hits, paths), strict=True):
             hit.detail = {**hit.detail, **hit_detail(detail, hit), "concepts": keys}
             if path is not None:
                 hit.detail["hop"] = path

@@ -352,7 +352,7 @@ class StitchEngine(BaseEngine):
         )
         ranked, detail = refine(ctx, step_space, query, query_vector, first, ranking, said_by_step)
         hits = ctx.hits_from_items(ranked[:k], self.name)
-        for hit, path in zip(hits, path_details(ctx, hits, ranked, paths), strict=True):
+        for hit, path in zip(hits, path_details(ctx, hits, paths), strict=True):
             hit.detail = {**hit.detail, **hit_detail(detail, hit), "filter": {"events": events, "entity_types": types}}
             if path is not None:
                 hit.detail["hop"] = path
