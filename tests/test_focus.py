@@ -175,3 +175,19 @@ def test_revisions_read_a_step_as_its_turn_said_it() -> None:
     text = canonical_summary("Going back to day 2: the room rate moved to 190 euros.", resolved)
     item = Item(1, "t9", text, {"resolved": resolved}, ["t9"])
     assert said_by_step(item) == "Going back to day 2: the room rate moved to 190 euros."  # no quoted 210 euros
+
+
+@no_store
+def test_a_remembered_context_depends_on_its_own_turns_only_however_long_the_chain_of_quotes():
+    """A value's remembered context holds the words of the turn that said it (and the anchors it inherited),
+    never the quotes that turn continued: its provenance stays those few turns, however many turns quote the one
+    before (it once grew with every quote, to thousands of turns read and written with each step)."""
+    from cuemem.index.focus import MAX_FOCUS
+
+    focus = Focus()
+    for n in range(300):
+        values = [f"{n} euros", f"{n + 1} euros"]
+        focus.step("s1", [], f"Forget {n} euros, it is {n + 1} euros now.", values, turn=f"t{n}")
+        assert focus.depends == ([f"t{n - 1}"] if n else [])  # the turn that said the quoted value, no older one
+    assert max(len(v) for v in focus.said_by.values()) <= 1 + MAX_FOCUS
+    assert focus.said_by["300 euros"] == ["t299"]

@@ -81,6 +81,7 @@ class Focus:
             self.session, self.anchors, self.last, self.focus_turns, self.last_by = session, [], "", [], []
         goals = [a for a in anchors if self.is_goal(a, recur, whole)]
         inherited: list[str] = []
+        inherited_by: list[str] = []  # the turns the inherited anchors came from
         depends: list[str] = []
         if goals:
             self.anchors = list(dict.fromkeys(goals))[:MAX_FOCUS]
@@ -91,7 +92,8 @@ class Focus:
             words = anchor_words(text)
             inherited = [a for a in self.anchors if not anchor_words(a) <= words]
             if inherited:
-                depends += self.focus_turns
+                inherited_by = list(self.focus_turns)
+                depends += inherited_by
             if gather or not self.anchors:
                 kept = [*self.anchors, *anchors]
                 self.anchors = list(dict.fromkeys(kept[:1] + kept[1:][-(MAX_FOCUS - 1) :]))
@@ -101,7 +103,9 @@ class Focus:
         quoted = [self.said[k] for k in found]
         depends += [t for k in found for t in self.said_by.get(k, [])]
         context = " ".join([text, *inherited])[:QUOTE_CHARS]
-        context_by = list(dict.fromkeys([turn, *depends]))
+        # the remembered context holds this turn's words and the anchors it inherited, nothing it quotes: its
+        # provenance is those turns only (taking the quoted values' provenance too would grow without bound)
+        context_by = list(dict.fromkeys([turn, *inherited_by]))
         for key in keys:
             self.said.pop(key, None)
             self.said_by.pop(key, None)
