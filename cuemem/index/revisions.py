@@ -20,6 +20,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from .dates import MONTHS, WEEKDAYS
 from .focus import ORDINALS
@@ -291,14 +292,24 @@ def supersedes(
     change word ("forget X, it's Y now")."""
     if not compatible(earlier_goal, later_goal):
         return False
-    old_values = dict(earlier.values)
-    new_values = dict(later.values)
-    old_names = {n for n in earlier.names if not any(recurring(w) for w in n.split())}
-    new_names = {n for n in later.names if not any(recurring(w) for w in n.split())}
-    if old_names:
-        old_values["name"] = frozenset(old_names)
-    if new_names:
-        new_values["name"] = frozenset(new_names)
+    stated = _stated(later, recurring), _stated(earlier, recurring)
+    return _replaces(later, *stated, lambda: frame_overlap(earlier.frame, later.frame, weight) >= min_frame)
+
+
+def _stated(statement: Statement, recurring: Callable[[str], bool]) -> dict[str, frozenset[str]]:
+    """The values a turn states by kind, its names that do not recur among them (a recurring name is a goal's)."""
+    names = frozenset(n for n in statement.names if not any(recurring(w) for w in n.split()))
+    return {**statement.values, "name": names} if names else dict(statement.values)
+
+
+def _replaces(
+    later: Statement,
+    new_values: dict[str, frozenset[str]],
+    old_values: dict[str, frozenset[str]],
+    same_frame: Callable[[], bool],
+) -> bool:
+    """`supersedes` once the goals are known to be compatible, with each side's values already read (`_stated`);
+    `same_frame` says whether the two turns' frames overlap enough to be about the same attribute."""
     same_attribute: bool | None = None  # the frames' overlap, read only for a pair that states a new value
     for kind, old in old_values.items():
         said = new_values.get(kind)
@@ -311,7 +322,7 @@ def supersedes(
         if later.changes and old & named_old:
             return True
         if same_attribute is None:
-            same_attribute = frame_overlap(earlier.frame, later.frame, weight) >= min_frame
+            same_attribute = same_frame()
         if same_attribute:
             return True
     return False
@@ -362,20 +373,45 @@ def chains(
     goals = goals_in_focus(turns, candidates, recurring)
     frequency: Counter[str] = Counter(w for turn in turns if turn.statement for w in turn.statement.frame)
 
+    weights: dict[str, float] = {}
+    sums: dict[frozenset[str], float] = {}  # each frame's weight, summed once
+
     def weight(word: str) -> float:
-        return math.log(1 + len(turns) / (1 + frequency[word]))
+        found = weights.get(word)
+        if found is None:
+            found = weights[word] = math.log(1 + len(turns) / (1 + frequency[word]))
+        return found
+
+    def same_frame(a: frozenset[str], b: frozenset[str]) -> bool:  # `frame_overlap` with the weights kept
+        if FRAME_MEASURE == "union":
+            whole = _sum(a | b, weight)
+        else:
+            for frame in (a, b):
+                if frame not in sums:
+                    sums[frame] = _sum(frame, weight)
+            whole = min(sums[a], sums[b])
+        return whole > 0 and _sum(a & b, weight) / whole >= min_frame
 
     order = sorted(goals)
+    stated = {i: _stated(turns[i].statement, recurring) for i in order}  # type: ignore[arg-type]
+    kinds = {i: frozenset(stated[i]) for i in order}
+    same_goal: dict[tuple[frozenset[str], frozenset[str]], bool] = {}  # candidates share a few goals
     replaced: dict[int, int] = {}
     for a, i in enumerate(order):
         old = turns[i].statement
         assert old is not None
-        if not any(old.values.values()) and not old.names:
+        if not kinds[i]:
             continue
         for j in order[a + 1 :]:
+            if not kinds[i] & kinds[j]:  # no kind of value both state: nothing of `i` can be replaced by `j`
+                continue
+            key = (goals[i], goals[j])
+            if key not in same_goal:
+                same_goal[key] = compatible(*key)
             new = turns[j].statement
             assert new is not None
-            if supersedes(new, old, goals[j], goals[i], recurring, min_frame, weight):
+            overlap = partial(same_frame, old.frame, new.frame)
+            if same_goal[key] and _replaces(new, stated[j], stated[i], overlap):
                 replaced[i] = j
     # follow each chain to its current value
     out: dict[int, int] = {}

@@ -18,8 +18,10 @@ def top_k(scores: np.ndarray, k: int, keys: list[int], *, positive_only: bool = 
     if len(candidates) > k:
         part = np.argpartition(-scores[candidates], k - 1)[:k]
         candidates = candidates[part]
-    order = sorted(candidates.tolist(), key=lambda i: (-float(scores[i]), i))
-    return [(keys[i], float(scores[i])) for i in order[:k]]
+    order = candidates[np.lexsort((candidates, -scores[candidates]))][:k]  # score descending, then index
+    if len(order) > 64:  # a long list: look the keys up in one numpy step
+        return list(zip(np.asarray(keys)[order].tolist(), scores[order].astype(np.float64).tolist(), strict=True))
+    return [(keys[i], float(scores[i])) for i in order.tolist()]
 
 
 class DenseIndex:

@@ -427,11 +427,14 @@ def analyze_query(query: str) -> StepAnalysis:
 
 
 def _dense_array(scored: list[tuple[int, float]], table: StepTable, fill: float) -> np.ndarray:
+    """The scores as an array over the table's steps (`fill` for a step the list does not hold)."""
     out = np.full(len(table.ids), fill, dtype=np.float32)
-    for item, score in scored:
-        pos = table.position.get(item)
-        if pos is not None:
-            out[pos] = score
+    if scored:
+        position = table.position
+        at = np.fromiter((position.get(item, -1) for item, _ in scored), dtype=np.int64, count=len(scored))
+        scores = np.fromiter((score for _, score in scored), dtype=np.float32, count=len(scored))
+        kept = at >= 0
+        out[at[kept]] = scores[kept]
     return out
 
 
