@@ -226,3 +226,68 @@ def test_the_speakers_are_no_goal_a_question_names(make_memory) -> None:
     expected = _ids(plain.search(question, user_id="u", k=5).hits)
     assert expected[0] == "f2"
     assert _ids(memory.search(question, user_id="u", k=5).hits) == expected  # "Jon and Gina" is who talks
+
+
+READ_TEXTS = [
+    "We moved the party to March 3rd, for 40 guests, with a $1,200 budget and drinks at 7 pm.",
+    "Forget 150 euros, Hotel Ribeira now asks 170 euros for Day 2 of the Porto trip.",
+    "On the second floor of Building 7 the meeting room is Orchid, not Lotus.",
+    "Book it.",
+    "",
+    "Ünïcödé café at 9:30, 15% off, room 12 \udcff",
+]
+
+
+@pytest.mark.parametrize("text", READ_TEXTS)
+def test_a_stored_reading_decodes_to_the_reading_of_its_text(text: str) -> None:
+    import json
+
+    from cuemem.index.statements import reading_of, stored_reading
+
+    stored = json.loads(json.dumps(stored_reading(text)))  # as an item's meta keeps it
+    assert reading_of(text, stored) == read_statement(text)
+
+
+def test_a_stored_reading_is_trusted_only_for_its_own_text_and_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reading kept for another text, by another version of the reader, or damaged, is read again from the text:
+    an item's meta is user-reachable data and code changes between versions."""
+    from cuemem.index import statements
+
+    text = "The venue deposit is now 300 dollars."
+    other = statements.stored_reading("The venue deposit is 250 dollars.")
+    assert statements.reading_of(text, other) == read_statement(text)  # another text: not taken
+    mine = statements.stored_reading(text)
+    forged = {**mine, "values": {"money": ["999"]}}
+    assert statements.reading_of(text, forged).values["money"] == {"999"}  # taken: same text, same reader
+    monkeypatch.setattr(statements, "READER_VERSION", "another")
+    assert statements.reading_of(text, forged) == read_statement(text)  # another reader: read again
+    monkeypatch.undo()
+    for damaged in ({**mine, "values": 7}, {**mine, "numbered": [[1]]}, {"v": mine["v"]}, "x", None):
+        assert statements.reading_of(text, damaged) == read_statement(text)
+
+
+def test_stitch_keeps_each_steps_reading_and_hits_do_not_show_it(make_memory) -> None:
+    from cuemem.engines.stitch.engine import said_by_step
+    from cuemem.index.statements import READING, reading_of
+
+    memory = make_memory("stitch")
+    memory.add(
+        [
+            {
+                "id": "t0",
+                "speaker": "Ana",
+                "text": "Day 2 of the Porto trip: Hotel Ribeira asks 150 euros.",
+                "session_id": "s",
+            },
+            {"id": "t1", "speaker": "Ben", "text": "Actually it is 170 euros now.", "session_id": "s"},
+        ],
+        user_id="u",
+    )
+    ns = memory.store.namespace_id(memory.namespace("u"))
+    items = memory.store.get_items(ns, list(memory.store.item_ids(ns, "stitch:step", ["t0", "t1"]).values()))
+    for item in items.values():
+        stored = item.meta[READING]
+        assert reading_of(said_by_step(item), stored) == read_statement(said_by_step(item))
+        assert stored["of"]  # names the text it read
+    hits = memory.search("How much is the hotel on day 2?", user_id="u", k=2).hits
+    assert hits and all(READING not in hit.detail for hit in hits)

@@ -14,6 +14,7 @@ from ..embed.base import Embedder, embed_query
 from ..embed.cached import embed_texts_cached
 from ..errors import CuememError
 from ..index.live import IndexCache
+from ..index.statements import READING
 from ..index.tokens import TokenCounter
 from ..llm.client import LLMClient
 from ..store.base import DerivedSpec, Store
@@ -102,7 +103,7 @@ class EngineContext:
                 turn_ids=it.turn_ids,
                 tokens=it.tokens,
                 engine=engine,
-                detail=it.meta,
+                detail={key: value for key, value in it.meta.items() if key != READING},
             )
             for it, s in ((items[i], s) for i, s in scored if i in items)
             if it.turn_ids

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..index.names import normalise_name
-from ..index.revisions import Statement, Turn, asks_past, chains, other_goal, read_statement
+from ..index.revisions import Turn, asks_past, chains, other_goal
+from ..index.statements import READING, Statement, read_statement, reading_of
 from ..store.base import Item
 from ..types import Hit
 from .base import EngineContext
@@ -37,7 +38,8 @@ def _readings(
     ctx: EngineContext, space: str, ids: Sequence[int], said: Said = _as_stored
 ) -> dict[int, tuple[Item, Statement]]:
     """Each item's reading, cached for the namespace's epoch: an item never changes once written, so adds keep the
-    readings (a search of a namespace being written to would read them all again), a delete drops them."""
+    readings (a search of a namespace being written to would read them all again), a delete drops them. An item
+    that was stored with its reading (`revisions.stored_reading`, meta key `reading`) is not read again."""
     store, ns = ctx.store, ctx.ns
     name = f"{space}:revisions"
     with ctx.indexes.lock_for(ctx.ns), store.snapshot():
@@ -49,7 +51,7 @@ def _readings(
         missing = [i for i in ids if i not in cache]
         if missing:
             for i, item in store.get_items(ns, missing).items():
-                cache[i] = (item, read_statement(said(item)))
+                cache[i] = (item, reading_of(said(item), item.meta.get(READING)))
             ctx.indexes.remeasure(ns)  # the view grew in place: the cache's bound counts it
         return {i: cache[i] for i in ids if i in cache}
 

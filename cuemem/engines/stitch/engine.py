@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...index.fusion import reciprocal_rank_fusion
+from ...index.statements import READING, stored_reading
 from ...store.base import DerivedSpec, Item, NewItem
 from ...types import Hit, Turn
 from ..base import BaseEngine, EngineContext, variant_name
@@ -213,6 +214,7 @@ class StitchEngine(BaseEngine):
             "events": events,
             "entity_types": types,
             "resolved": antecedents,
+            READING: stored_reading(spoken_text(summary, antecedents)),  # read once here, not at every cold search
         }
         with_header_tokens([meta], ctx.tokens.count_many)
         tokens = ctx.tokens.count(hit_text(summary, meta))
