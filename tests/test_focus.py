@@ -191,3 +191,29 @@ def test_a_remembered_context_depends_on_its_own_turns_only_however_long_the_cha
         assert focus.depends == ([f"t{n - 1}"] if n else [])  # the turn that said the quoted value, no older one
     assert max(len(v) for v in focus.said_by.values()) <= 1 + MAX_FOCUS
     assert focus.said_by["300 euros"] == ["t299"]
+
+
+def test_the_hop_reads_a_step_in_its_own_words_not_the_value_it_quotes(make_memory):
+    """A stitch step is indexed with what it continues ("... (re: <the quoted turn>)"); the second hop's pivots are
+    the steps that state the question's value, read in the words their turns said (`said_by_step`)."""
+    from cuemem.engines.hop import HopSettings, stating
+    from cuemem.engines.stitch.engine import said_by_step
+
+    lines = [
+        ("Ana", "The caterer Brightside quoted 900 dollars for the buffet."),
+        ("Ben", "Hm."),
+        ("Ana", "Forget 900 dollars, they now ask 1200 dollars."),
+    ]
+    memory = make_memory("stitch")
+    memory.add(_turns(lines), user_id="u")
+    namespace = memory.namespace("u")
+    ctx = memory._context(memory.store.namespace_id(namespace), namespace)
+    memory.search("caterer", user_id="u")  # indexed
+    engine = memory.engine
+    space = engine.space("step")
+    ids = memory.store.item_ids(ctx.ns, space, ["t0", "t1", "t2"])
+    quoting = memory.store.get_items(ctx.ns, [ids["t2"]])[ids["t2"]]
+    assert "Brightside" in quoting.text and "Brightside" not in said_by_step(quoting)  # indexed with the quote
+    hop = HopSettings.of(engine.config)
+    assert set(stating(ctx, space, ["Brightside"], hop)) == set(ids.values())  # as indexed: the replies too
+    assert set(stating(ctx, space, ["Brightside"], hop, said_by_step)) == {ids["t0"]}  # as said

@@ -18,7 +18,7 @@ the first by reciprocal rank. Each hop hit keeps its path: the pivot turn, the s
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -28,6 +28,7 @@ from scipy import sparse
 from ..index.focus import Focus, anchor_words
 from ..index.fusion import reciprocal_rank_fusion
 from ..index.text import STOPWORDS
+from ..store.base import Item
 from ..types import Hit
 from .base import EngineContext
 
@@ -229,10 +230,18 @@ class HopSettings:
         return cls(**{f.name: getattr(config, f"hop_{f.name}") for f in fields(cls)})
 
 
-def stating(ctx: EngineContext, space: str, phrases: Sequence[str], hop: HopSettings) -> dict[int, float]:
+def stating(
+    ctx: EngineContext,
+    space: str,
+    phrases: Sequence[str],
+    hop: HopSettings,
+    said: Callable[[Item], str] | None = None,
+) -> dict[int, float]:
     """Turns whose words hold one of the phrases as written (the question's values and names: its pivot), each
     phrase's weight 1 shared among the turns stating it; a phrase stated by more than `literal_max` turns names
-    no pivot."""
+    no pivot. A turn is read in the words `said` gives (an engine that indexes a summary gives the turn's own: a
+    value it only quotes is not one it states)."""
+    words_of = said or _as_stored
     out: dict[int, float] = {}
     for phrase in dict.fromkeys(p.lower().strip() for p in phrases):
         words = phrase.split()
@@ -241,7 +250,7 @@ def stating(ctx: EngineContext, space: str, phrases: Sequence[str], hop: HopSett
         found = ctx.bm25(space, phrase, hop.literal_depth)
         items = ctx.store.get_items(ctx.ns, [i for i, _ in found])
         pattern = re.compile(r"(?<!\w)" + r"\W+".join(re.escape(w) for w in words) + r"(?!\w)")
-        hits = [i for i, _ in found if i in items and pattern.search(items[i].text.lower())]
+        hits = [i for i, _ in found if i in items and pattern.search(words_of(items[i]).lower())]
         if len(hits) > hop.literal_max:  # said everywhere (a participant's name): no pivot
             continue
         for i in hits:
@@ -258,6 +267,7 @@ def hop_ranking(
     values: Sequence[str],
     query_vector: np.ndarray,
     hop: HopSettings,
+    said: Callable[[Item], str] | None = None,
 ) -> tuple[list[tuple[int, float]], dict[int, Path]]:
     """The second hop over `space`: the goal's turns reached from the pivots (the first ranking's top turns, and
     the turns that state a value or name the question states) and from the question's own goal (`anchors`),
@@ -265,7 +275,7 @@ def hop_ranking(
     first ranking, weighted `weight` x the share of the activation the hop ranking holds."""
     if hop.weight <= 0 or not first:
         return first, {}
-    literal = stating(ctx, space, [*values, *anchors], hop)
+    literal = stating(ctx, space, [*values, *anchors], hop, said)
     if not literal:  # no value or name of the question is stated by a few turns only: no pivot to hop from
         return first, {}
     pivots: dict[int, float] = {}
@@ -292,6 +302,10 @@ def hop_ranking(
         [[i for i, _ in first], [i for i, _ in scored]], k=ctx.settings.rrf_k, weights=[1.0, hop.weight * focus]
     )
     return [(int(i), s) for i, s in fused], {i: paths[i] for i, _ in scored}
+
+
+def _as_stored(item: Item) -> str:
+    return item.text
 
 
 def _cosines(ctx: EngineContext, items: list[int], query_vector: np.ndarray) -> dict[int, float]:
