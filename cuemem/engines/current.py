@@ -12,7 +12,7 @@ write or delete): a deleted turn is in no chain.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..index.names import normalise_name
 from ..index.revisions import Turn, asks_past, chains, other_goal
@@ -30,13 +30,22 @@ Ranked = list[tuple[int, float]]
 Said = Callable[[Item], str]  # an item's words as its turn said them (an engine that stores a summary strips it)
 
 
+class Reading(NamedTuple):
+    """What the stage keeps of an item between searches: its words as said, where and when, and its statement
+    (a few objects per item, not the item's whole metadata: the cache holds most of a namespace after a while)."""
+
+    text: str
+    session: str
+    timestamp: Any
+    turn_ids: tuple[str, ...]
+    statement: Statement
+
+
 def _as_stored(item: Item) -> str:
     return item.text
 
 
-def _readings(
-    ctx: EngineContext, space: str, ids: Sequence[int], said: Said = _as_stored
-) -> dict[int, tuple[Item, Statement]]:
+def _readings(ctx: EngineContext, space: str, ids: Sequence[int], said: Said = _as_stored) -> dict[int, Reading]:
     """Each item's reading, cached for the namespace's epoch: an item never changes once written, so adds keep the
     readings (a search of a namespace being written to would read them all again), a delete drops them. An item
     that was stored with its reading (`revisions.stored_reading`, meta key `reading`) is not read again."""
@@ -45,13 +54,16 @@ def _readings(
     with ctx.indexes.lock_for(ctx.ns), store.snapshot():
         version = store.epoch(ns)
         cached = ctx.indexes.view(ns, name, version)
-        cache: dict[int, tuple[Item, Statement]] = cached if isinstance(cached, dict) else {}
+        cache: dict[int, Reading] = cached if isinstance(cached, dict) else {}
         if not isinstance(cached, dict):
             ctx.indexes.keep_view(ns, name, version, cache)
         missing = [i for i in ids if i not in cache]
         if missing:
             for i, item in store.get_items(ns, missing).items():
-                cache[i] = (item, reading_of(said(item), item.meta.get(READING)))
+                text, meta = said(item), item.meta
+                statement = reading_of(text, meta.get(READING))
+                session = str(meta.get("session_id") or "")
+                cache[i] = Reading(text, session, meta.get("timestamp"), tuple(item.turn_ids), statement)
             ctx.indexes.remeasure(ns)  # the view grew in place: the cache's bound counts it
         return {i: cache[i] for i in ids if i in cache}
 
@@ -76,9 +88,9 @@ def current_first(
         item_id = table.ids[p]
         if item_id not in readings:
             continue
-        found, statement = readings[item_id]
+        found = readings[item_id]
         index_of[item_id] = len(turns)
-        turns.append(Turn(found.text, str(found.meta.get("session_id") or ""), statement))
+        turns.append(Turn(found.text, found.session, found.statement))
     candidates = [index_of[i] for i, _ in head if i in index_of]
 
     forms: dict[str, str] = {}  # this call's: the same few names are asked about thousands of times
@@ -133,22 +145,22 @@ def _other_goals(query: str, turns: list[Turn], candidates: list[int], item_at: 
     }
 
 
-def _notes(readings: dict[int, tuple[Item, Statement]], current_of: dict[int, int]) -> dict[str, Any]:
+def _notes(readings: dict[int, Reading], current_of: dict[int, int]) -> dict[str, Any]:
     """Per turn id: when its value was replaced (the turn holding the current value, its session and time), or
     the earlier values it replaced (its history)."""
     notes: dict[str, Any] = {}
     for old, new in current_of.items():
-        old_item, new_item = readings[old][0], readings[new][0]
+        old_item, new_item = readings[old], readings[new]
         for turn_id in old_item.turn_ids:
             notes[turn_id] = {
                 "replaced_by": list(new_item.turn_ids),
-                "replaced_at": new_item.meta.get("timestamp"),
-                "replaced_in_session": new_item.meta.get("session_id"),
+                "replaced_at": new_item.timestamp,
+                "replaced_in_session": new_item.session or None,
             }
         for turn_id in new_item.turn_ids:
             entry = notes.setdefault(turn_id, {"history": []})
             entry.setdefault("history", []).append(
-                {"turn_ids": list(old_item.turn_ids), "said_at": old_item.meta.get("timestamp"), "text": old_item.text}
+                {"turn_ids": list(old_item.turn_ids), "said_at": old_item.timestamp, "text": old_item.text}
             )
     return notes
 

@@ -82,7 +82,7 @@ OLD_CUES = frozenset(
 _UNIT_STOP = STOPWORDS | CHANGE_WORDS | {"am", "pm"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Statement:
     """What one turn says: its values by kind, its attribute words (frame), and its own goal anchors."""
 
