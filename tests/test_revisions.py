@@ -291,3 +291,58 @@ def test_stitch_keeps_each_steps_reading_and_hits_do_not_show_it(make_memory) ->
         assert stored["of"]  # names the text it read
     hits = memory.search("How much is the hotel on day 2?", user_id="u", k=2).hits
     assert hits and all(READING not in hit.detail for hit in hits)
+
+
+def _reference_chains(turns: list[Turn], recurring: Callable[[str], bool], min_frame: float) -> dict[int, int]:
+    """`chains` as the primitive defines it, pair by pair through `supersedes` and `frame_overlap` (no shortcut)."""
+    import math
+    from collections import Counter
+
+    from cuemem.index.revisions import supersedes
+
+    candidates = list(range(len(turns)))
+    goals = goals_in_focus(turns, candidates, recurring)
+    frequency = Counter(w for t in turns if t.statement for w in t.statement.frame)
+
+    def weight(word: str) -> float:
+        return math.log(1 + len(turns) / (1 + frequency[word]))
+
+    replaced = {}
+    for i in candidates:
+        for j in candidates[i + 1 :]:
+            old, new = turns[i].statement, turns[j].statement
+            if supersedes(new, old, goals[j], goals[i], recurring, min_frame, weight):  # type: ignore[arg-type]
+                replaced[i] = j
+    out = {}
+    for i in replaced:
+        j, seen = replaced[i], {i}
+        while j in replaced and j not in seen:
+            seen.add(j)
+            j = replaced[j]
+        out[i] = j
+    return out
+
+
+@pytest.mark.parametrize("min_frame", [0.3, 0.5, 0.6, 1.0])
+def test_chains_decide_every_pair_as_supersedes_does(min_frame: float) -> None:
+    """The chains' shortcuts (pairs stating no common kind skipped, frame sums kept, the overlap decided from them
+    away from the threshold) give exactly the chains of `supersedes` over every pair, on random conversations."""
+    import random
+
+    rng = random.Random(7)
+    things = ["hotel", "hotel room", "dinner", "museum ticket", "venue", "venue deposit"]
+    verbs = ["costs", "is now", "moved to", "comes to", "will be", "changed to", "stays at"]
+    values = ["{n} euros", "${n}", "{n} guests", "{h} pm", "March {d}", "{n}"]
+    found = 0
+    for _ in range(80):
+        turns = []
+        for _ in range(rng.randint(2, 24)):
+            value = rng.choice(values).format(n=rng.randint(1, 400), h=rng.randint(1, 12), d=rng.randint(1, 28))
+            goal = rng.choice(["", "", f"Day {rng.randint(1, 3)}: ", "For the Lyon trip, ", "Actually, "])
+            text = f"{goal}the {rng.choice(things)} {rng.choice(verbs)} {value}" + rng.choice(["", " instead", "."])
+            turns.append(Turn(text, rng.choice(["s1", "s2"])))
+        recurring = _recurring("lyon", "trip")
+        expected = _reference_chains(turns, recurring, min_frame)
+        assert chains(turns, list(range(len(turns))), recurring, min_frame) == expected
+        found += len(expected)
+    assert found >= 25  # the conversations do revise values

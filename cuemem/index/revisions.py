@@ -196,14 +196,16 @@ def chains(
         shared = a & b
         if not shared and min_frame > 0:  # every weight is positive: no shared word, no overlap
             return False
-        if FRAME_MEASURE == "union":
-            whole = _sum(a | b, weight)
-        else:
-            for frame in (a, b):
-                if frame not in sums:
-                    sums[frame] = _sum(frame, weight)
-            whole = min(sums[a], sums[b])
-        return whole > 0 and _sum(shared, weight) / whole >= min_frame
+        for frame in (a, b):
+            if frame not in sums:
+                sums[frame] = _sum(frame, weight)
+        part = _sum(shared, weight)
+        # the overlap from each frame's sum: exact to ~1e-15, so it decides unless it is that close to the threshold
+        near = sums[a] + sums[b] - part if FRAME_MEASURE == "union" else min(sums[a], sums[b])
+        if near > 0 and abs(part / near - min_frame) > 1e-9:
+            return part / near >= min_frame
+        whole = _sum(a | b, weight) if FRAME_MEASURE == "union" else min(sums[a], sums[b])
+        return whole > 0 and part / whole >= min_frame
 
     order = sorted(goals)
     stated = {i: _stated(turns[i].statement, recurring) for i in order}  # type: ignore[arg-type]
