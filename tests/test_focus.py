@@ -217,3 +217,32 @@ def test_the_hop_reads_a_step_in_its_own_words_not_the_value_it_quotes(make_memo
     hop = HopSettings.of(engine.config)
     assert set(stating(ctx, space, ["Brightside"], hop)) == set(ids.values())  # as indexed: the replies too
     assert set(stating(ctx, space, ["Brightside"], hop, said_by_step)) == {ids["t0"]}  # as said
+
+
+def test_a_participants_name_is_no_pivot_of_the_hop(make_memory):
+    """People seldom say their own name, so a speaker's name is said by few turns, as a pivot's value would be;
+    the hop must not start from it (LoCoMo: "When did Audrey adopt Pixie?" pulled in one session's turns)."""
+    import numpy as np
+
+    from cuemem.engines.hop import HopSettings, hop_ranking, stating
+    from cuemem.engines.stitch.engine import said_by_step
+
+    lines = [
+        ("Ana", "I adopted a puppy called Pixie last week."),
+        ("Ben", "Congrats Ana! How is Pixie doing?"),
+        ("Ana", "She loves the park by the river."),
+    ]
+    memory = make_memory("stitch")
+    memory.add(_turns(lines), user_id="u")
+    memory.search("Pixie", user_id="u")  # indexed
+    namespace = memory.namespace("u")
+    ctx = memory._context(memory.store.namespace_id(namespace), namespace)
+    engine = memory.engine
+    space, hop = engine.space("step"), HopSettings.of(engine.config)
+    assert stating(ctx, space, ["Ana"], hop, said_by_step)  # said by one turn: it would be a pivot
+    assert stating(ctx, space, ["Ana"], hop, said_by_step, frozenset({"ana"})) == {}
+    table = engine.step_table(ctx, engine.state(ctx))
+    first = [(i, 1.0 / (r + 1)) for r, i in enumerate(table.ids)]
+    vector = np.ones(memory.embedder.dim, dtype=np.float32)
+    assert hop_ranking(ctx, space, table.goals, first, ["Ana"], [], vector, hop, said_by_step) == (first, {})
+    assert stating(ctx, space, ["Pixie"], hop, said_by_step, frozenset({"ana", "ben"}))  # a thing's name still is

@@ -27,10 +27,12 @@ from scipy import sparse
 
 from ..index.focus import Focus, anchor_words
 from ..index.fusion import reciprocal_rank_fusion
+from ..index.names import normalise_name
 from ..index.text import STOPWORDS
 from ..store.base import Item
 from ..types import Hit
 from .base import EngineContext
+from .refine import turn_table
 
 
 def goal_words(anchors: Sequence[str]) -> list[str]:
@@ -236,16 +238,18 @@ def stating(
     phrases: Sequence[str],
     hop: HopSettings,
     said: Callable[[Item], str] | None = None,
+    participants: frozenset[str] = frozenset(),
 ) -> dict[int, float]:
     """Turns whose words hold one of the phrases as written (the question's values and names: its pivot), each
     phrase's weight 1 shared among the turns stating it; a phrase stated by more than `literal_max` turns names
-    no pivot. A turn is read in the words `said` gives (an engine that indexes a summary gives the turn's own: a
-    value it only quotes is not one it states)."""
+    no pivot, nor does a participant's name (`participants`, normalised: people seldom say their own name, so
+    how often a name is said does not tell a participant from a pivot). A turn is read in the words `said` gives
+    (an engine that indexes a summary gives the turn's own: a value it only quotes is not one it states)."""
     words_of = said or _as_stored
     out: dict[int, float] = {}
     for phrase in dict.fromkeys(p.lower().strip() for p in phrases):
         words = phrase.split()
-        if not words:
+        if not words or normalise_name(phrase) in participants:
             continue
         found = ctx.bm25(space, phrase, hop.literal_depth)
         items = ctx.store.get_items(ctx.ns, [i for i, _ in found])
@@ -275,7 +279,8 @@ def hop_ranking(
     first ranking, weighted `weight` x the share of the activation the hop ranking holds."""
     if hop.weight <= 0 or not first:
         return first, {}
-    literal = stating(ctx, space, [*values, *anchors], hop, said)
+    participants = frozenset(normalise_name(s) for s in turn_table(ctx, space).speakers if s)
+    literal = stating(ctx, space, [*values, *anchors], hop, said, participants)
     if not literal:  # no value or name of the question is stated by a few turns only: no pivot to hop from
         return first, {}
     pivots: dict[int, float] = {}
