@@ -18,7 +18,7 @@ the first by reciprocal rank. Each hop hit keeps its path: the pivot turn, the s
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -29,7 +29,6 @@ from ..index.focus import Focus, anchor_words
 from ..index.fusion import reciprocal_rank_fusion
 from ..index.names import normalise_name
 from ..index.text import STOPWORDS
-from ..store.base import Item
 from ..types import Hit
 from .base import EngineContext
 from .refine import turn_table
@@ -237,15 +236,14 @@ def stating(
     space: str,
     phrases: Sequence[str],
     hop: HopSettings,
-    said: Callable[[Item], str] | None = None,
     participants: frozenset[str] = frozenset(),
 ) -> dict[int, float]:
     """Turns whose words hold one of the phrases as written (the question's values and names: its pivot), each
     phrase's weight 1 shared among the turns stating it; a phrase stated by more than `literal_max` turns names
     no pivot, nor does a participant's name (`participants`, normalised: people seldom say their own name, so
-    how often a name is said does not tell a participant from a pivot). A turn is read in the words `said` gives
-    (an engine that indexes a summary gives the turn's own: a value it only quotes is not one it states)."""
-    words_of = said or _as_stored
+    how often a name is said does not tell a participant from a pivot). A turn is read as indexed (a stitch step
+    with the turns it continues: read as said, more names are stated by a few turns and start a hop, which cost
+    the README demo its Day 2 dinner; docs/benchmarks/came.md)."""
     out: dict[int, float] = {}
     for phrase in dict.fromkeys(p.lower().strip() for p in phrases):
         words = phrase.split()
@@ -254,7 +252,7 @@ def stating(
         found = ctx.bm25(space, phrase, hop.literal_depth)
         items = ctx.store.get_items(ctx.ns, [i for i, _ in found])
         pattern = re.compile(r"(?<!\w)" + r"\W+".join(re.escape(w) for w in words) + r"(?!\w)")
-        hits = [i for i, _ in found if i in items and pattern.search(words_of(items[i]).lower())]
+        hits = [i for i, _ in found if i in items and pattern.search(items[i].text.lower())]
         if len(hits) > hop.literal_max:  # said everywhere (a participant's name): no pivot
             continue
         for i in hits:
@@ -271,7 +269,6 @@ def hop_ranking(
     values: Sequence[str],
     query_vector: np.ndarray,
     hop: HopSettings,
-    said: Callable[[Item], str] | None = None,
 ) -> tuple[list[tuple[int, float]], dict[int, Path]]:
     """The second hop over `space`: the goal's turns reached from the pivots (the first ranking's top turns, and
     the turns that state a value or name the question states) and from the question's own goal (`anchors`),
@@ -280,7 +277,7 @@ def hop_ranking(
     if hop.weight <= 0 or not first:
         return first, {}
     participants = frozenset(normalise_name(s) for s in turn_table(ctx, space).speakers if s)
-    literal = stating(ctx, space, [*values, *anchors], hop, said, participants)
+    literal = stating(ctx, space, [*values, *anchors], hop, participants)
     if not literal:  # no value or name of the question is stated by a few turns only: no pivot to hop from
         return first, {}
     pivots: dict[int, float] = {}
@@ -307,10 +304,6 @@ def hop_ranking(
         [[i for i, _ in first], [i for i, _ in scored]], k=ctx.settings.rrf_k, weights=[1.0, hop.weight * focus]
     )
     return [(int(i), s) for i, s in fused], {i: paths[i] for i, _ in scored}
-
-
-def _as_stored(item: Item) -> str:
-    return item.text
 
 
 def _cosines(ctx: EngineContext, items: list[int], query_vector: np.ndarray) -> dict[int, float]:

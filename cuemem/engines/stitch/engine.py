@@ -351,7 +351,6 @@ class StitchEngine(BaseEngine):
             asked.values,
             query_vector,
             self.hop,
-            said_by_step,
         )
         ranked, detail = refine(ctx, step_space, query, query_vector, first, ranking, said_by_step)
         hits = ctx.hits_from_items(ranked[:k], self.name)
