@@ -48,7 +48,7 @@ def _as_stored(item: Item) -> str:
 def _readings(ctx: EngineContext, space: str, ids: Sequence[int], said: Said = _as_stored) -> dict[int, Reading]:
     """Each item's reading, cached for the namespace's epoch: an item never changes once written, so adds keep the
     readings (a search of a namespace being written to would read them all again), a delete drops them. An item
-    that was stored with its reading (`revisions.stored_reading`, meta key `reading`) is not read again."""
+    that was stored with its reading (`statements.stored_reading`, meta key `reading`) is not read again."""
     store, ns = ctx.store, ctx.ns
     name = f"{space}:revisions"
     with ctx.indexes.lock_for(ctx.ns), store.snapshot():
