@@ -30,14 +30,10 @@ def measure(engine: str, split: str, cache: Path) -> dict:
     from cuemem import Memory
     from cuemem.bench.datasets import load_locomo, split_of
     from cuemem.config import Settings
-    from cuemem.embed import MatryoshkaEmbedder, make_embedder
-    from cuemem.embed.cached import CachedEmbedder
+    from cuemem.embed import make_embedder
+    from cuemem.embed.cached import cached_embedder
 
-    made = make_embedder(Settings.load(None))
-    if isinstance(made, MatryoshkaEmbedder):  # cache the full vectors, as `cuemem bench` does
-        embedder = MatryoshkaEmbedder(CachedEmbedder(made.inner, cache), made.dim)
-    else:
-        embedder = CachedEmbedder(made, cache)
+    embedder, _ = cached_embedder(make_embedder(Settings.load(None)), cache)  # as `cuemem bench` caches
     conversations = [c for c in load_locomo(dataset_file(LOCOMO)) if split_of("locomo", c.id) == split]
     ingest = search = 0.0
     turns = questions = 0

@@ -259,7 +259,7 @@ def test_a_stored_reading_is_trusted_only_for_its_own_text_and_reader(monkeypatc
     mine = statements.stored_reading(text)
     forged = {**mine, "values": {"money": ["999"]}}
     assert statements.reading_of(text, forged).values["money"] == {"999"}  # taken: same text, same reader
-    monkeypatch.setattr(statements, "READER_VERSION", "another")
+    monkeypatch.setattr(statements, "reader_version", lambda: "another")
     assert statements.reading_of(text, forged) == read_statement(text)  # another reader: read again
     monkeypatch.undo()
     for damaged in ({**mine, "values": 7}, {**mine, "numbered": [[1]]}, {"v": mine["v"]}, "x", None):
@@ -267,6 +267,8 @@ def test_a_stored_reading_is_trusted_only_for_its_own_text_and_reader(monkeypatc
 
 
 def test_stitch_keeps_each_steps_reading_and_hits_do_not_show_it(make_memory) -> None:
+    import json
+
     from cuemem.engines.stitch.engine import said_by_step
     from cuemem.index.statements import READING, reading_of
 
@@ -291,6 +293,11 @@ def test_stitch_keeps_each_steps_reading_and_hits_do_not_show_it(make_memory) ->
         assert stored["of"]  # names the text it read
     hits = memory.search("How much is the hotel on day 2?", user_id="u", k=2).hits
     assert hits and all(READING not in hit.detail for hit in hits)
+    memory.delete("t0", user_id="u")  # a reading lives in its step's metadata and goes with it
+    memory.search("hotel", user_id="u")  # stitch's steps are built again from what is left
+    left = memory.store.get_items(ns, list(memory.store.item_ids(ns, "stitch:step", ["t0", "t1"]).values()))
+    assert [item.key for item in left.values()] == ["t1"]
+    assert "ribeira" not in json.dumps([item.meta for item in left.values()]).lower()
 
 
 def _reference_chains(turns: list[Turn], recurring: Callable[[str], bool], min_frame: float) -> dict[int, int]:
@@ -298,7 +305,7 @@ def _reference_chains(turns: list[Turn], recurring: Callable[[str], bool], min_f
     import math
     from collections import Counter
 
-    from cuemem.index.revisions import supersedes
+    from cuemem.index.revisions import follow, supersedes
 
     candidates = list(range(len(turns)))
     goals = goals_in_focus(turns, candidates, recurring)
@@ -313,14 +320,7 @@ def _reference_chains(turns: list[Turn], recurring: Callable[[str], bool], min_f
             old, new = turns[i].statement, turns[j].statement
             if supersedes(new, old, goals[j], goals[i], recurring, min_frame, weight):  # type: ignore[arg-type]
                 replaced[i] = j
-    out = {}
-    for i in replaced:
-        j, seen = replaced[i], {i}
-        while j in replaced and j not in seen:
-            seen.add(j)
-            j = replaced[j]
-        out[i] = j
-    return out
+    return follow(replaced)  # the pairs are what is checked; following them is shared
 
 
 @pytest.mark.parametrize("min_frame", [0.3, 0.5, 0.6, 1.0])
@@ -346,3 +346,29 @@ def test_chains_decide_every_pair_as_supersedes_does(min_frame: float) -> None:
         assert chains(turns, list(range(len(turns))), recurring, min_frame) == expected
         found += len(expected)
     assert found >= 25  # the conversations do revise values
+
+
+def test_without_the_readers_sources_the_package_version_stands_for_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installed as compiled files only, the reader's digest falls back to the package's version (a stored
+    reading is then trusted within one version), and to trusting none when even that is unknown."""
+    from importlib import metadata
+    from pathlib import Path
+
+    from cuemem.index import statements
+
+    def missing(self: Path) -> bytes:
+        raise FileNotFoundError(self)
+
+    monkeypatch.setattr(Path, "read_bytes", missing)
+    by_version = statements.reader_version.__wrapped__()
+    assert by_version not in ("", "unknown") and by_version != statements.reader_version()
+
+    def unknown(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", unknown)
+    assert statements.reader_version.__wrapped__() == "unknown"
+    monkeypatch.setattr(statements, "reader_version", lambda: "unknown")
+    text = "The deposit is 300 dollars."
+    forged = {**statements.stored_reading(text), "values": {"money": ["999"]}}
+    assert statements.reading_of(text, forged) == read_statement(text)  # no stored reading trusted

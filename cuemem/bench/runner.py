@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..answer import abstains
-from ..embed import MatryoshkaEmbedder, make_embedder
-from ..embed.cached import CachedEmbedder
+from ..embed import make_embedder
+from ..embed.cached import CachedEmbedder, cached_embedder
 from ..errors import UnknownNamespaceError
 from ..index.budget import pack, packed_tokens
 from ..llm import LLMClient, Tally, make_client
@@ -218,12 +218,7 @@ def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = 
     shared: CachedEmbedder | None = None
     embedder: Any = None
     if config.embed_cache is not None:
-        embedder = make_embedder(settings.run)
-        if isinstance(embedder, MatryoshkaEmbedder):  # cache the full vectors: every cut reads the same rows
-            shared = CachedEmbedder(embedder.inner, config.embed_cache)
-            embedder = MatryoshkaEmbedder(shared, embedder.dim)
-        else:
-            embedder = shared = CachedEmbedder(embedder, config.embed_cache)
+        embedder, shared = cached_embedder(make_embedder(settings.run), config.embed_cache)
     try:
         for engine in config.engines:
             db = config.store or config.out / "stores" / f"{engine}.db"

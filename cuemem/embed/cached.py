@@ -15,6 +15,7 @@ import numpy as np
 from ..store.base import text_hash
 from ..store.caches import EmbeddingFile
 from .base import Embedder, embed_query
+from .sentence import MatryoshkaEmbedder
 
 
 class CachedEmbedder:
@@ -105,3 +106,13 @@ def embed_texts_cached(
     if not texts:
         return [], np.zeros((0, embedder.dim), dtype=np.float32)
     return hashes, np.stack([known[h] for h in hashes]).astype(np.float32)
+
+
+def cached_embedder(embedder: Embedder, path: str | Path) -> tuple[Embedder, CachedEmbedder]:
+    """`embedder` with its vectors kept in the file at `path`, and the cache itself (for its hit counts). A Matryoshka
+    cut caches the full vectors, so that every cut of the same model reads the same rows."""
+    if isinstance(embedder, MatryoshkaEmbedder):
+        shared = CachedEmbedder(embedder.inner, path)
+        return MatryoshkaEmbedder(shared, embedder.dim), shared
+    shared = CachedEmbedder(embedder, path)
+    return shared, shared

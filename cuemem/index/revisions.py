@@ -228,7 +228,11 @@ def chains(
             overlap = partial(same_frame, old.frame, new.frame)
             if same_goal[key] and _replaces(new, stated[j], stated[i], overlap):
                 replaced[i] = j
-    # follow each chain to its current value
+    return follow(replaced)
+
+
+def follow(replaced: dict[int, int]) -> dict[int, int]:
+    """Each replaced turn -> the turn holding its current value, following "i is replaced by j" to its end."""
     out: dict[int, int] = {}
     for i in replaced:
         j, seen = replaced[i], {i}
@@ -248,6 +252,7 @@ __all__ = [
     "asks_past",
     "chains",
     "compatible",
+    "follow",
     "frame_overlap",
     "goals_in_focus",
     "other_goal",

@@ -9,6 +9,7 @@ A reading depends only on the text and this code, so an engine may keep it with 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable
@@ -206,17 +207,26 @@ def read_statement(text: str) -> Statement:
     )
 
 
-def _reader_version() -> str:
+@functools.cache
+def reader_version() -> str:
     """A digest of the code that reads a statement (this module and the ones it reads with): a reading stored by
-    another version of it is read again, never trusted."""
+    another version of it is read again, never trusted. Where the sources are not installed (compiled files
+    only), the package's version stands for them."""
     here = Path(__file__).parent
     digest = hashlib.blake2b(digest_size=8)
-    for name in ("statements.py", "names.py", "dates.py", "focus.py", "text.py"):
-        digest.update((here / name).read_bytes())
+    try:
+        for name in ("statements.py", "names.py", "dates.py", "focus.py", "text.py"):
+            digest.update((here / name).read_bytes())
+    except OSError:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            digest.update(version("cuemem").encode())
+        except PackageNotFoundError:
+            return "unknown"  # no way to tell versions apart: trust no stored reading
     return digest.hexdigest()
 
 
-READER_VERSION = _reader_version()
 READING = "reading"  # the meta key of an item's stored reading (left out of the hits' detail)
 
 
@@ -230,7 +240,7 @@ def stored_reading(text: str) -> dict[str, Any]:
     read and the reader's version (`reading_of` checks both)."""
     statement = read_statement(text)
     return {
-        "v": READER_VERSION,
+        "v": reader_version(),
         "of": _text_digest(text),
         "values": {kind: sorted(values) for kind, values in statement.values.items()},
         "frame": sorted(statement.frame),
@@ -245,7 +255,8 @@ def stored_reading(text: str) -> dict[str, Any]:
 def reading_of(text: str, stored: Any = None) -> Statement:
     """The reading of `text`: the stored one (`stored_reading`) when it read this very text with this reader,
     else read now."""
-    if isinstance(stored, dict) and stored.get("v") == READER_VERSION and stored.get("of") == _text_digest(text):
+    version = reader_version()
+    if isinstance(stored, dict) and stored.get("v") == version != "unknown" and stored.get("of") == _text_digest(text):
         try:
             return Statement(
                 {str(kind): frozenset(values) for kind, values in stored["values"].items()},
@@ -264,10 +275,10 @@ def reading_of(text: str, stored: Any = None) -> Statement:
 __all__ = [
     "CHANGE_WORDS",
     "OLD_CUES",
-    "READER_VERSION",
     "READING",
     "Statement",
     "read_statement",
+    "reader_version",
     "reading_of",
     "stored_reading",
 ]
