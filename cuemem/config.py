@@ -112,6 +112,10 @@ class Settings:
     # Where a replaced value goes: "near" (just below the current one) or "last" (below every other candidate of the
     # `revise_depth`).
     revise_history: str = "last"
+    # The near chains (`revisions.revised_near`): among the `revise_near` candidates ranked first, a later turn that
+    # says a change word and states another amount, time, date or count for the same goal and topic replaces the
+    # earlier one (a name only when they share an attribute word). 0 = off. Chosen on dev (docs/benchmarks/came.md).
+    revise_near: int = 8
     # The named goal first (issue 34): among the same candidates, a turn whose goal is another one than the goal the
     # question names (a look-alike: "Day 1 of the Porto trip" for "Day 2 of the Lyon trip") goes below the others.
     goal_first: bool = True
@@ -169,6 +173,8 @@ class Settings:
             raise CuememError(f"setting bm25_stopwords must be extended or lucene, got {self.bm25_stopwords!r}")
         if self.revise_depth < 0 or self.revise_recurring < 1 or not 0 <= self.revise_min_frame <= 1:
             raise CuememError("settings revise_depth >= 0, revise_recurring >= 1, revise_min_frame in [0, 1]")
+        if self.revise_near < 0:
+            raise CuememError(f"setting revise_near must be >= 0 (0 = off), got {self.revise_near}")
         for name in ("speaker_boost", "date_boost", "expand_weight", "rerank_weight"):
             if getattr(self, name) < 0:
                 raise CuememError(f"setting {name} must be >= 0, got {getattr(self, name)}")

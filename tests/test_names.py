@@ -147,6 +147,8 @@ def test_generic_labels() -> None:
         ("What did I tell you on Sunday in January?", []),
         ("Who is 李雷?", []),
         ("", []),
+        ("Forget Garden Room, it's Garden Club now.", ["Garden Room", "Garden Club"]),  # the verb is no name
+        ("Okay. Scrap Hotel Mar; call Nina instead.", ["Hotel Mar", "Nina"]),
     ],
 )
 def test_candidate_names(text: str, expected: list[str]) -> None:

@@ -18,6 +18,8 @@ from cuemem.index.revisions import (
     goals_in_focus,
     other_goal,
     read_statement,
+    revised_near,
+    word_roles,
 )
 
 
@@ -51,6 +53,12 @@ def test_a_revised_rent_supersedes_the_old_one_but_not_another_flats() -> None:
     ]
     got = _chains(texts, _recurring("maple", "street", "harbour", "road"))
     assert got == {0: 4}  # the old Maple Street rent is history; Harbour Road's rent is another goal's value
+
+
+def test_a_verb_opening_a_turn_is_no_goal_anchor() -> None:
+    for text in ("Forget 150 euros, it's 200 euros now.", "Actually, scrap that: 9 pm."):
+        assert read_statement(text).opener == ""  # else "forget" recurs and becomes a goal of its own
+    assert read_statement("Nordic, what a summit.").opener == "nordic"
 
 
 def test_an_anchorless_turn_continues_the_goal_in_focus() -> None:
@@ -137,6 +145,7 @@ def test_settings_validate_the_revision_constants() -> None:
         {"revise_min_frame": 1.5},
         {"revise_recurring": 0},
         {"revise_history": "x"},
+        {"revise_near": -1},
     ):
         with pytest.raises(CuememError):
             Settings(**bad)  # type: ignore[arg-type]
@@ -372,3 +381,73 @@ def test_without_the_readers_sources_the_package_version_stands_for_them(monkeyp
     text = "The deposit is 300 dollars."
     forged = {**statements.stored_reading(text), "values": {"money": ["999"]}}
     assert statements.reading_of(text, forged) == read_statement(text)  # no stored reading trusted
+
+
+# The near chains (issue 34, fourth round): a revision said in other words, among the candidates a search ranks first.
+GIFTS = [
+    ("1", "Can we sort out Nico's birthday presents?"),
+    ("1", "The price of the desk lamp for Nico is 75 dollars."),
+    ("1", "The desk lamp for Nico ships on Friday."),
+    ("1", "Nico's tablet costs 240 dollars at the mall."),
+    ("1", "Nico's tablet arrives on Monday."),
+    ("2", "New price for Nico's tablet: 255 dollars now."),
+]
+TRIP = [
+    ("1", "For the Oslo trip we sleep at Fjordlys Lodge."),
+    ("1", "Dinner on the Oslo trip is booked at Kafe Solsikke."),
+    ("1", "The Oslo trip flight leaves at 7:10 am."),
+    ("1", "Ines asked where we sleep: Fjordlys Lodge, near the harbour."),
+    ("1", "The Oslo trip budget is 900 dollars."),
+    ("1", "Dinner with Ines at Kafe Solsikke sounds lovely."),
+    ("2", "Oslo trip change: dinner is at Bistro Havn now."),
+]
+
+
+def _near(texts: list[tuple[str, str]], recurring: Callable[[str], bool]) -> dict[int, int]:
+    turns = [Turn(text, session) for session, text in texts]
+    return revised_near(turns, list(range(len(turns))), recurring)
+
+
+def test_words_are_told_apart_as_attributes_topics_and_generic_words() -> None:
+    turns = [Turn(text, session) for session, text in GIFTS]
+    goals = goals_in_focus(turns, range(len(turns)), _recurring("nico"))
+    roles = word_roles(turns, goals, _recurring("nico"))
+    assert "price" in roles.attribute  # said twice, with money both times
+    assert {"desk", "lamp", "tablet"} <= roles.topic  # said with money and with dates: the things, not attributes
+    assert "sort" not in roles.attribute | roles.topic  # said once
+
+
+def test_the_near_chains_take_a_revision_the_strict_chains_miss() -> None:
+    recurring = _recurring("nico")
+    assert _chains(GIFTS, recurring) == {}  # "costs ... at the mall" and "New price ...": too few words in common
+    assert _near(GIFTS, recurring) == {3: 5}  # the tablet's 240 dollars is replaced; the desk lamp's 75 is not
+
+
+def test_the_near_chains_keep_another_topics_value() -> None:
+    """The desk lamp's price and the tablet's new price share the word "price", a kind and a goal (Nico): only their
+    topics tell them apart."""
+    turns = [Turn(text, session) for session, text in GIFTS]
+    assert 1 not in revised_near(turns, [1, 5], _recurring("nico"))
+    lamp_only = [GIFTS[1], GIFTS[2], ("2", "New price for Nico's desk lamp: 80 dollars now.")]
+    assert _near(lamp_only, _recurring("nico")) == {0: 2}  # the same topic: replaced
+
+
+def test_a_name_replaces_a_name_only_for_an_attribute_in_common() -> None:
+    recurring = _recurring("oslo", "ines")
+    assert _near(TRIP, recurring) == {1: 6}  # the dinner place is replaced; where we sleep is not
+
+
+@pytest.mark.parametrize("near", [0, 8])
+def test_search_ranks_a_revision_in_other_words_first(make_memory, near: int) -> None:
+    memory = make_memory("hybrid", settings=Settings(revise_near=near))
+    turns = [{"id": f"g{i}", "speaker": "Ana", "text": text} for i, (_, text) in enumerate(GIFTS)]
+    memory.add(turns[:5], user_id="u", session_id="a", timestamp="2024-05-01 09:00")
+    memory.add(turns[5:], user_id="u", session_id="b", timestamp="2024-05-03 18:00")
+    hits = memory.search("How much is Nico's tablet?", user_id="u", k=6).hits
+    ids = _ids(hits)
+    if near:
+        assert ids.index("g5") < ids.index("g3")
+        assert hits[ids.index("g3")].detail["revision"]["replaced_by"] == ["g5"]
+        assert "revision" not in hits[ids.index("g1")].detail  # the desk lamp's price stands
+    else:
+        assert "revision" not in hits[ids.index("g3")].detail

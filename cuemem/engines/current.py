@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from ..index.names import normalise_name
-from ..index.revisions import Turn, asks_past, chains, other_goal
+from ..index.revisions import Turn, asks_past, chains, follow, other_goal, revised_near
 from ..index.statements import READING, Statement, read_statement, reading_of
 from ..store.base import Item
 from ..types import Hit
@@ -105,6 +105,10 @@ def current_first(
         return len(table.by_form.get(form_of(name), ())) >= settings.revise_recurring
 
     replaced = chains(turns, candidates, recurring, settings.revise_min_frame)
+    if settings.revise_near > 0:  # the candidates ranked first: the question has picked their goal and attribute
+        near = revised_near(turns, candidates[: settings.revise_near], recurring)
+        if near:
+            replaced = follow({**near, **replaced})
     item_at = {index: item_id for item_id, index in index_of.items()}
     others = _other_goals(query, turns, candidates, item_at) if settings.goal_first else set()
     if not replaced and not others:

@@ -22,7 +22,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .names_tables import DISTINCT_NAMES, GENERIC_LABELS, NAME_STOPWORDS, NICKNAME_GROUPS, NICKNAMES, TITLES
+from .names_tables import (
+    DISTINCT_NAMES,
+    GENERIC_LABELS,
+    LEADING_VERBS,
+    NAME_STOPWORDS,
+    NICKNAME_GROUPS,
+    NICKNAMES,
+    TITLES,
+)
 from .text import STOPWORDS
 
 __all__ = [
@@ -243,6 +251,7 @@ def candidate_names(text: str) -> list[str]:
             or base.lower() in NAME_STOPWORDS
             or base.isupper()  # acronyms: LGBTQ, NASA
             or (sentence_start and base.lower() in lower_words)  # "Painting is fun ... painting"
+            or (sentence_start and base.lower() in LEADING_VERBS)  # "Forget Garden Room"
         ):
             flush()
             continue

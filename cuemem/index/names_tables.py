@@ -202,6 +202,12 @@ NAME_STOPWORDS: frozenset[str] = frozenset(
     """.split()  # noqa: SIM905
 )
 
+# Imperatives that open a sentence before a capitalised name ("Forget Garden Room, ...", "Scrap Hotel Mar"): the
+# verb is no part of the name.
+LEADING_VERBS: frozenset[str] = frozenset(
+    "forget scrap scratch cancel drop replace switch change update move make put book add remove keep try ask call".split()  # noqa: SIM905, E501
+)
+
 TITLES = frozenset("mr mrs ms miss dr prof sir madam mister".split())  # noqa: SIM905
 
 

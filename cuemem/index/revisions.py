@@ -26,6 +26,9 @@ from .statements import CHANGE_WORDS, Statement, read_statement
 MIN_FRAME = 0.5  # the share of the smaller frame that two statements of one attribute have in common (dev sweep)
 RECURRING = 3  # a name said in this many turns is a goal's anchor; a rarer one is a value (dev sweep)
 FRAME_MEASURE = "union"  # "union" (weighted Jaccard) or "min" (containment); dev sweep: docs/benchmarks/came.md
+ATTRIBUTE_SHARE = 0.75  # said with one kind of value this often: an attribute word (dev: 0.6-0.9 alike)
+TOPIC_SPREAD = 0.6  # a topic noun is said with at most this many goals per saying (dev: 0.4 alike, 0.8 worse)
+NEAR_FRAME = 0.5  # the share of the lighter turn's attribute words two names' turns have in common (dev: 0.3 alike)
 
 _PAST = re.compile(
     r"\b(before|originally|original|used\s+to|previous(?:ly)?|old|older|earlier|former(?:ly)?|initial(?:ly)?|"
@@ -107,7 +110,7 @@ def supersedes(
     if not compatible(earlier_goal, later_goal):
         return False
     stated = _stated(later, recurring), _stated(earlier, recurring)
-    return _replaces(later, *stated, lambda: frame_overlap(earlier.frame, later.frame, weight) >= min_frame)
+    return _replaces(later, *stated, lambda kind: frame_overlap(earlier.frame, later.frame, weight) >= min_frame)
 
 
 def _stated(statement: Statement, recurring: Callable[[str], bool]) -> dict[str, frozenset[str]]:
@@ -120,11 +123,10 @@ def _replaces(
     later: Statement,
     new_values: dict[str, frozenset[str]],
     old_values: dict[str, frozenset[str]],
-    same_frame: Callable[[], bool],
+    same_frame: Callable[[str], bool],
 ) -> bool:
     """`supersedes` once the goals are known to be compatible, with each side's values already read (`_stated`);
     `same_frame` says whether the two turns' frames overlap enough to be about the same attribute."""
-    same_attribute: bool | None = None  # the frames' overlap, read only for a pair that states a new value
     for kind, old in old_values.items():
         said = new_values.get(kind)
         if not said:
@@ -135,9 +137,7 @@ def _replaces(
             continue
         if later.changes and old & named_old:
             return True
-        if same_attribute is None:
-            same_attribute = same_frame()
-        if same_attribute:
+        if same_frame(kind):
             return True
     return False
 
@@ -175,6 +175,63 @@ def other_goal(asked: frozenset[tuple[str, str]], numbered: frozenset[tuple[str,
     return bool(asked and numbered) and _disagree(_by_noun(asked), _by_noun(numbered))
 
 
+@dataclass(frozen=True)
+class Roles:
+    """What each attribute word of some turns is: an *attribute* word goes with one kind of value ("tour" with
+    clock times, "night" with money); a *topic* noun goes with no one kind and with few goals ("backpack",
+    "farewell party"); every other word is generic ("make", "going", "update")."""
+
+    attribute: frozenset[str]
+    topic: frozenset[str]
+
+
+def word_roles(turns: Sequence[Turn], goals: dict[int, frozenset[str]], recurring: Callable[[str], bool]) -> Roles:
+    """Each frame word's role over `turns` (read, with the goal in focus of every turn): an attribute word when at
+    least ATTRIBUTE_SHARE of the turns stating values that say it state one kind; a topic noun when it is said at
+    least twice, with at most TOPIC_SPREAD goals per saying, and is no attribute word."""
+    said: Counter[str] = Counter()
+    valued: Counter[str] = Counter()
+    together: Counter[tuple[str, str]] = Counter()
+    spread: dict[str, set[frozenset[str]]] = {}
+    for i, turn in enumerate(turns):
+        assert turn.statement is not None
+        stated = _stated(turn.statement, recurring)
+        for word in turn.statement.frame:
+            said[word] += 1
+            spread.setdefault(word, set()).add(goals.get(i, frozenset()))
+            if stated:
+                valued[word] += 1
+                together.update((word, kind) for kind in stated)
+    best: Counter[str] = Counter()
+    for (word, _), n in together.items():
+        best[word] = max(best[word], n)
+    attribute = frozenset(w for w, n in valued.items() if n >= 2 and best[w] >= ATTRIBUTE_SHARE * n)
+    topic = frozenset(
+        w for w, n in said.items() if n >= 2 and w not in attribute and len(spread[w]) <= TOPIC_SPREAD * n
+    )
+    return Roles(attribute, topic)
+
+
+def topics_in_focus(
+    turns: Sequence[Turn], goals: dict[int, frozenset[str]], topic: frozenset[str]
+) -> dict[int, frozenset[str]]:
+    """The topic nouns of each turn, its own or, when it says none, those carried forward from the turns before it
+    about the same goal (the thematic scope): "And the catering? 175 euros." after "Maria's farewell party"."""
+    out: dict[int, frozenset[str]] = {}
+    anchors: frozenset[str] | None = None
+    focus: frozenset[str] = frozenset()
+    for i, turn in enumerate(turns):
+        assert turn.statement is not None
+        own = turn.statement.frame & topic
+        goal = goals.get(i, frozenset())
+        if goal != anchors:
+            anchors, focus = goal, own
+        elif own:
+            focus = own
+        out[i] = focus
+    return out
+
+
 def chains(
     turns: Sequence[Turn],
     candidates: Sequence[int],
@@ -192,7 +249,7 @@ def chains(
     weight = weights.__getitem__
     sums: dict[frozenset[str], float] = {}  # each frame's weight, summed once
 
-    def same_frame(a: frozenset[str], b: frozenset[str]) -> bool:  # `frame_overlap` with the weights kept
+    def same_frame(a: frozenset[str], b: frozenset[str], kind: str) -> bool:  # `frame_overlap`, sums kept
         shared = a & b
         if not shared and min_frame > 0:  # every weight is positive: no shared word, no overlap
             return False
@@ -228,6 +285,56 @@ def chains(
             overlap = partial(same_frame, old.frame, new.frame)
             if same_goal[key] and _replaces(new, stated[j], stated[i], overlap):
                 replaced[i] = j
+    return follow(replaced)
+
+
+def revised_near(
+    turns: Sequence[Turn],
+    candidates: Sequence[int],
+    recurring: Callable[[str], bool],
+    min_frame: float = NEAR_FRAME,
+) -> dict[int, int]:
+    """`chains` for the few candidates a search ranks first (`revise_near`): the question has picked them for the
+    goal and attribute it asks, so a later one that says a change word and states another amount, time, date or
+    count of a kind the earlier one states, with a word of it in common, replaces it, unless their goals differ or
+    they name different topics (`topics_in_focus`: "the desk lamp for Nico" against "the tablet for Nico"). A name
+    replaces a name only when the two share an attribute word or one says none ("hotel" against "restaurant" do
+    not; `word_roles`)."""
+    order = sorted(set(candidates))
+    for i in order:
+        if turns[i].statement is None:
+            turns[i].statement = read_statement(turns[i].text)
+    stated = {i: _stated(turns[i].statement, recurring) for i in order}  # type: ignore[arg-type]
+    frames = {i: turns[i].statement.frame for i in order}  # type: ignore[union-attr]
+    pairs = [
+        (i, j)
+        for a, i in enumerate(order)
+        for j in order[a + 1 :]
+        if turns[j].statement.changes  # type: ignore[union-attr]
+        and _replaces(turns[j].statement, stated[j], stated[i], lambda kind, a=frames[i], b=frames[j]: bool(a & b))  # type: ignore[arg-type]
+    ]
+    if not pairs:  # most searches: no later candidate restates an earlier one's value with a change word
+        return {}
+    goals = goals_in_focus(turns, range(len(turns)), recurring)
+    roles = word_roles(turns, goals, recurring)
+    topic = topics_in_focus(turns, goals, roles.topic)
+    replaced: dict[int, int] = {}
+    for i, j in pairs:
+        if not compatible(goals[i], goals[j]) or ((topic[i] - topic[j]) and (topic[j] - topic[i])):
+            continue
+        old, new = turns[i].statement, turns[j].statement
+        assert old is not None and new is not None
+
+        def same_attribute(kind: str, a: frozenset[str] = old.frame, b: frozenset[str] = new.frame) -> bool:
+            if not a & b:  # not a word in common: nothing ties the two statements together
+                return False
+            if kind != "name":  # an amount, a time, a date, a count: one of its kind for a goal and topic
+                return True
+            a, b = a & roles.attribute, b & roles.attribute
+            return not a or not b or frame_overlap(a, b, lambda w: 1.0) >= min_frame
+
+        if _replaces(new, stated[j], stated[i], same_attribute):
+            replaced[i] = j
     return follow(replaced)
 
 

@@ -175,7 +175,7 @@ def read_statement(text: str) -> Statement:
         form = normalise_name(name)
         # a single capitalised word that opens the turn is as likely a verb ("Put", "Book"): left out
         if not form or (" " not in name and first is not None and text.lstrip().startswith(name)):
-            opener = form
+            opener = "" if form in STOPWORDS or form in CHANGE_WORDS else form  # "Forget 150 euros": a verb
             continue
         if form in skip or _singular(form) in {noun for noun, _ in numbered}:  # "Day" of "Day 2": a numbered noun
             continue
