@@ -205,7 +205,9 @@ NAME_STOPWORDS: frozenset[str] = frozenset(
 # Imperatives that open a sentence before a capitalised name ("Forget Garden Room, ...", "Scrap Hotel Mar"): the
 # verb is no part of the name.
 LEADING_VERBS: frozenset[str] = frozenset(
-    "forget scrap scratch cancel drop replace switch change update move make put book add remove keep try ask call".split()  # noqa: SIM905, E501
+    """
+    forget scrap scratch cancel drop replace switch change update move make put book add remove keep try ask call
+    """.split()  # noqa: SIM905
 )
 
 TITLES = frozenset("mr mrs ms miss dr prof sir madam mister".split())  # noqa: SIM905

@@ -28,7 +28,7 @@ RECURRING = 3  # a name said in this many turns is a goal's anchor; a rarer one 
 FRAME_MEASURE = "union"  # "union" (weighted Jaccard) or "min" (containment); dev sweep: docs/benchmarks/came.md
 ATTRIBUTE_SHARE = 0.75  # said with one kind of value this often: an attribute word (dev: 0.6-0.9 alike)
 TOPIC_SPREAD = 0.6  # a topic noun is said with at most this many goals per saying (dev: 0.4 alike, 0.8 worse)
-NEAR_FRAME = 0.5  # the share of the lighter turn's attribute words two names' turns have in common (dev: 0.3 alike)
+NEAR_FRAME = 0.5  # the near chains: two names' turns share this much of their attribute words (Jaccard)
 
 _PAST = re.compile(
     r"\b(before|originally|original|used\s+to|previous(?:ly)?|old|older|earlier|former(?:ly)?|initial(?:ly)?|"
@@ -126,7 +126,7 @@ def _replaces(
     same_frame: Callable[[str], bool],
 ) -> bool:
     """`supersedes` once the goals are known to be compatible, with each side's values already read (`_stated`);
-    `same_frame` says whether the two turns' frames overlap enough to be about the same attribute."""
+    `same_frame(kind)` says whether the two turns' frames are about the same attribute for that kind of value."""
     for kind, old in old_values.items():
         said = new_values.get(kind)
         if not said:
@@ -187,8 +187,8 @@ class Roles:
 
 def word_roles(turns: Sequence[Turn], goals: dict[int, frozenset[str]], recurring: Callable[[str], bool]) -> Roles:
     """Each frame word's role over `turns` (read, with the goal in focus of every turn): an attribute word when at
-    least ATTRIBUTE_SHARE of the turns stating values that say it state one kind; a topic noun when it is said at
-    least twice, with at most TOPIC_SPREAD goals per saying, and is no attribute word."""
+    least two turns stating values say it and ATTRIBUTE_SHARE of them state one kind; a topic noun when it is said
+    at least twice, with at most TOPIC_SPREAD goals per saying, and is no attribute word."""
     said: Counter[str] = Counter()
     valued: Counter[str] = Counter()
     together: Counter[tuple[str, str]] = Counter()
@@ -292,48 +292,57 @@ def revised_near(
     turns: Sequence[Turn],
     candidates: Sequence[int],
     recurring: Callable[[str], bool],
-    min_frame: float = NEAR_FRAME,
+    name_frame: float = NEAR_FRAME,
 ) -> dict[int, int]:
-    """`chains` for the few candidates a search ranks first (`revise_near`): the question has picked them for the
-    goal and attribute it asks, so a later one that says a change word and states another amount, time, date or
-    count of a kind the earlier one states, with a word of it in common, replaces it, unless their goals differ or
-    they name different topics (`topics_in_focus`: "the desk lamp for Nico" against "the tablet for Nico"). A name
-    replaces a name only when the two share an attribute word or one says none ("hotel" against "restaurant" do
-    not; `word_roles`)."""
-    order = sorted(set(candidates))
+    """`chains` for the few candidates a search ranks first (`revise_near`), on looser terms: the question picked them
+    for the goal and attribute it asks. A later candidate that says a change word replaces an earlier one when
+    their goals are compatible, they name no different topics (`topics_in_focus`: "the desk lamp for Nico" against
+    "the tablet for Nico"), it states every kind of value the earlier one states, and it either quotes the earlier
+    value as the old one or states another amount, time, date or count of a kind the earlier one states, with a
+    word of it in common. A name replaces a name only when
+    the two turns' attribute words (`word_roles`) overlap by at least `name_frame` (Jaccard) or one of them says
+    none ("hotel" against "restaurant" do not)."""
+    order = sorted(i for i in set(candidates) if 0 <= i < len(turns))
+    said: dict[int, Statement] = {}
     for i in order:
         if turns[i].statement is None:
             turns[i].statement = read_statement(turns[i].text)
-    stated = {i: _stated(turns[i].statement, recurring) for i in order}  # type: ignore[arg-type]
-    frames = {i: turns[i].statement.frame for i in order}  # type: ignore[union-attr]
+        said[i] = turns[i].statement  # type: ignore[assignment]
+    stated = {i: _stated(said[i], recurring) for i in order}
+
+    def share_a_word(i: int, j: int) -> Callable[[str], bool]:
+        return lambda kind: bool(said[i].frame & said[j].frame)
+
     pairs = [
         (i, j)
         for a, i in enumerate(order)
         for j in order[a + 1 :]
-        if turns[j].statement.changes  # type: ignore[union-attr]
-        and _replaces(turns[j].statement, stated[j], stated[i], lambda kind, a=frames[i], b=frames[j]: bool(a & b))  # type: ignore[arg-type]
+        if said[j].changes
+        and stated[i].keys() <= stated[j].keys()  # "X (200 euros) or Y (100 euros)": a new price is no new choice
+        and _replaces(said[j], stated[j], stated[i], share_a_word(i, j))
     ]
     if not pairs:  # most searches: no later candidate restates an earlier one's value with a change word
         return {}
     goals = goals_in_focus(turns, range(len(turns)), recurring)
     roles = word_roles(turns, goals, recurring)
     topic = topics_in_focus(turns, goals, roles.topic)
+
+    def same_attribute(i: int, j: int) -> Callable[[str], bool]:
+        def test(kind: str) -> bool:
+            if not said[i].frame & said[j].frame:  # not a word in common: nothing ties the two statements
+                return False
+            if kind != "name":  # an amount, a time, a date, a count: one of its kind for a goal and topic
+                return True
+            a, b = said[i].frame & roles.attribute, said[j].frame & roles.attribute
+            return not a or not b or len(a & b) / len(a | b) >= name_frame
+
+        return test
+
     replaced: dict[int, int] = {}
     for i, j in pairs:
         if not compatible(goals[i], goals[j]) or ((topic[i] - topic[j]) and (topic[j] - topic[i])):
             continue
-        old, new = turns[i].statement, turns[j].statement
-        assert old is not None and new is not None
-
-        def same_attribute(kind: str, a: frozenset[str] = old.frame, b: frozenset[str] = new.frame) -> bool:
-            if not a & b:  # not a word in common: nothing ties the two statements together
-                return False
-            if kind != "name":  # an amount, a time, a date, a count: one of its kind for a goal and topic
-                return True
-            a, b = a & roles.attribute, b & roles.attribute
-            return not a or not b or frame_overlap(a, b, lambda w: 1.0) >= min_frame
-
-        if _replaces(new, stated[j], stated[i], same_attribute):
+        if _replaces(said[j], stated[j], stated[i], same_attribute(i, j)):
             replaced[i] = j
     return follow(replaced)
 
@@ -354,6 +363,7 @@ __all__ = [
     "CHANGE_WORDS",
     "MIN_FRAME",
     "RECURRING",
+    "Roles",
     "Statement",
     "Turn",
     "asks_past",
@@ -364,5 +374,8 @@ __all__ = [
     "goals_in_focus",
     "other_goal",
     "read_statement",
+    "revised_near",
     "supersedes",
+    "topics_in_focus",
+    "word_roles",
 ]

@@ -175,7 +175,7 @@ def read_statement(text: str) -> Statement:
         form = normalise_name(name)
         # a single capitalised word that opens the turn is as likely a verb ("Put", "Book"): left out
         if not form or (" " not in name and first is not None and text.lstrip().startswith(name)):
-            opener = "" if form in STOPWORDS or form in CHANGE_WORDS else form  # "Forget 150 euros": a verb
+            opener = "" if form in STOPWORDS or form in CHANGE_WORDS else form  # "Now 175 euros.": no name
             continue
         if form in skip or _singular(form) in {noun for noun, _ in numbered}:  # "Day" of "Day 2": a numbered noun
             continue
@@ -215,7 +215,7 @@ def reader_version() -> str:
     here = Path(__file__).parent
     digest = hashlib.blake2b(digest_size=8)
     try:
-        for name in ("statements.py", "names.py", "dates.py", "focus.py", "text.py"):
+        for name in ("statements.py", "names.py", "names_tables.py", "dates.py", "focus.py", "text.py"):
             digest.update((here / name).read_bytes())
     except OSError:
         from importlib.metadata import PackageNotFoundError, version
