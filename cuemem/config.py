@@ -113,8 +113,8 @@ class Settings:
     # `revise_depth`).
     revise_history: str = "last"
     # The near chains (`revisions.revised_near`): among the `revise_near` candidates ranked first, a later turn that
-    # says a change word and states another amount, time, date or count for the same goal and topic replaces the
-    # earlier one (a name only when they share an attribute word). 0 = off. Chosen on dev (docs/benchmarks/came.md).
+    # says a change word and states a new amount, time, date or count for the same goal and topic replaces the
+    # earlier one (a name only with attribute words in common). 0 = off. Chosen on dev (docs/benchmarks/came.md).
     revise_near: int = 8
     # The named goal first (issue 34): among the same candidates, a turn whose goal is another one than the goal the
     # question names (a look-alike: "Day 1 of the Porto trip" for "Day 2 of the Lyon trip") goes below the others.
