@@ -177,7 +177,7 @@ def other_goal(asked: frozenset[tuple[str, str]], numbered: frozenset[tuple[str,
 
 @dataclass(frozen=True)
 class Roles:
-    """What each attribute word of some turns is: an *attribute* word goes with one kind of value ("tour" with
+    """What each frame word of some turns is: an *attribute* word goes with one kind of value ("tour" with
     clock times, "night" with money); a *topic* noun goes with no one kind and with few goals ("backpack",
     "farewell party"); every other word is generic ("make", "going", "update")."""
 
@@ -299,9 +299,8 @@ def revised_near(
     their goals are compatible, they name no different topics (`topics_in_focus`: "the desk lamp for Nico" against
     "the tablet for Nico"), it states every kind of value the earlier one states, and it either quotes the earlier
     value as the old one or states another amount, time, date or count of a kind the earlier one states, with a
-    word of it in common. A name replaces a name only when
-    the two turns' attribute words (`word_roles`) overlap by at least `name_frame` (Jaccard) or one of them says
-    none ("hotel" against "restaurant" do not)."""
+    word of it in common. A name replaces a name only when the two turns' attribute words (`word_roles`) overlap by
+    at least `name_frame` (Jaccard) or one of them says none ("hotel" against "restaurant" do not)."""
     order = sorted(i for i in set(candidates) if 0 <= i < len(turns))
     said: dict[int, Statement] = {}
     for i in order:
@@ -310,7 +309,7 @@ def revised_near(
         said[i] = turns[i].statement  # type: ignore[assignment]
     stated = {i: _stated(said[i], recurring) for i in order}
 
-    def share_a_word(i: int, j: int) -> Callable[[str], bool]:
+    def share_a_word(i: int, j: int) -> Callable[[str], bool]:  # nothing else ties two statements together
         return lambda kind: bool(said[i].frame & said[j].frame)
 
     pairs = [
@@ -329,7 +328,7 @@ def revised_near(
 
     def same_attribute(i: int, j: int) -> Callable[[str], bool]:
         def test(kind: str) -> bool:
-            if not said[i].frame & said[j].frame:  # not a word in common: nothing ties the two statements
+            if not share_a_word(i, j)(kind):
                 return False
             if kind != "name":  # an amount, a time, a date, a count: one of its kind for a goal and topic
                 return True
