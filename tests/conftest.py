@@ -63,9 +63,11 @@ def is_ablation(engine: str) -> bool:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Ablations run every engine suite on SQLite, and on PostgreSQL only where the store is what is under test:
-    on PostgreSQL the suites run each design, its model variant and every baseline (12 of 26 engines), which keeps
-    the whole suite within its time (docs/testing.md). A test parametrised over `engine` keeps its PostgreSQL runs
-    for every engine when it is marked `every_engine_on_postgres`."""
+    on PostgreSQL the suites run each design and every baseline, and the designs' model variants (`-llm`) only in
+    the suites marked `model_variants_on_postgres` (forgetting: deletes must reach the model-made state there too;
+    the model variants write that state through the same store calls as their designs), which keeps the whole
+    suite within its time (docs/development.md). A test parametrised over `engine` keeps its PostgreSQL runs for
+    every engine when it is marked `every_engine_on_postgres`."""
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
@@ -75,7 +77,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (
             params.get("store_kind") == "postgres"
             and isinstance(engine, str)
-            and is_ablation(engine)
+            and (
+                is_ablation(engine)
+                or (engine.endswith("-llm") and item.get_closest_marker("model_variants_on_postgres") is None)
+            )
             and item.get_closest_marker("every_engine_on_postgres") is None
             and item.get_closest_marker("postgres_only") is None  # PostgreSQL's own form of a test: kept whole
         ):

@@ -36,6 +36,10 @@ from cuemem import Memory, Namespace, Settings, UnknownNamespaceError
 from cuemem.embed import HashingEmbedder
 from cuemem.llm import LLMClient
 
+# Deletes must reach the model-made state (labels, records, notes) on both stores: the designs' model variants run
+# here on PostgreSQL too (tests/conftest.py leaves them to SQLite in the other suites).
+pytestmark = pytest.mark.model_variants_on_postgres
+
 QUESTION = "What is the code for my locker?"
 ORDINARY = [
     {"id": "o1", "speaker": "Maya", "text": "We are planning a trip to Porto in May."},
