@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import httpx
 import numpy as np
 
 from ..errors import EmbeddingError
 from .base import normalize
+
+if TYPE_CHECKING:
+    import httpx
 
 
 class OpenAIEmbedder:
@@ -33,6 +36,8 @@ class OpenAIEmbedder:
         self.retries = retries
         self.batch_size = batch_size
         self._dim = dim
+        import httpx  # here, not at import: a process that calls no endpoint never loads it
+
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(timeout=timeout, headers=headers, transport=transport)
 
@@ -43,6 +48,8 @@ class OpenAIEmbedder:
         return self._dim
 
     def _post(self, texts: list[str]) -> list[list[float]]:
+        import httpx
+
         url = f"{self.base_url}/embeddings"
         last = ""
         for attempt in range(self.retries + 1):

@@ -20,10 +20,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import sparse
 
 from ..index.focus import Focus, anchor_words
 from ..index.fusion import reciprocal_rank_fusion
@@ -32,6 +31,9 @@ from ..index.text import STOPWORDS
 from ..types import Hit
 from .base import EngineContext
 from .refine import turn_table
+
+if TYPE_CHECKING:  # imported where used: a process that builds no graph never loads scipy
+    from scipy import sparse
 
 
 def goal_words(anchors: Sequence[str]) -> list[str]:
@@ -108,6 +110,8 @@ class GoalGraph:
     @classmethod
     def build(cls, links: Sequence[tuple[int, str]]) -> GoalGraph:
         """From (turn item, goal anchor) links."""
+        from scipy import sparse
+
         anchors: dict[int, list[str]] = {}
         for item, anchor in links:
             anchors.setdefault(item, []).append(anchor)
@@ -136,6 +140,8 @@ class GoalGraph:
     def vector(self, words: Sequence[str]) -> sparse.csr_matrix:
         """A goal given by its words, as a row like the incidence's (IDF-weighted, normalised; unknown words
         dropped)."""
+        from scipy import sparse
+
         cols = sorted({self.index[w] for w in words if w in self.index})
         weights = self.idf[cols] / max(float(np.linalg.norm(self.idf[cols])), 1e-12) if cols else np.zeros(0)
         return sparse.csr_matrix((weights, ([0] * len(cols), cols)), shape=(1, len(self.words)))

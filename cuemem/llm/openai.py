@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from .base import ChatResult, Choice, LLMOutputError, LLMUnavailableError, Messages, Usage
+
+if TYPE_CHECKING:
+    import httpx
 
 CHOICE_MODES = ("enum", "guided")
 
@@ -47,12 +48,16 @@ class OpenAIBackend:
         self.choice_mode = choice_mode
         self.concurrency = concurrency  # callers may run this many calls at once (episodic assistants do)
         self._slots = threading.BoundedSemaphore(concurrency)
+        import httpx  # here, not at import: a process that calls no endpoint never loads it (~0.1 s)
+
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(timeout=timeout, headers=headers, transport=transport)
 
     def _post(self, body: dict[str, Any]) -> tuple[str, Usage]:
         """One completion: its text and usage. Raises LLMUnavailableError when the endpoint cannot be used (down,
         timed out, refused, a bad URL) and LLMOutputError when it answers with a body that is not a completion."""
+        import httpx
+
         last = ""
         for attempt in range(self.retries + 1):
             try:

@@ -13,10 +13,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import sparse
 
 from ...index.fusion import reciprocal_rank_fusion
 from ...llm.base import LLMError
@@ -33,6 +32,9 @@ from .concepts import Candidate, extract_concepts
 from .graph import AssociativeGraph, spread_activation, top_concepts
 from .schema import Schema
 from .state import FOCUS, STATE, ScgConfig, ScgState, load_json
+
+if TYPE_CHECKING:  # imported where used: a process that builds no graph never loads scipy
+    from scipy import sparse
 
 log = logging.getLogger(__name__)
 

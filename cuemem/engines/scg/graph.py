@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import sparse
+
+if TYPE_CHECKING:  # imported where used: a process that builds no graph never loads scipy
+    from scipy import sparse
 
 
 @dataclass
@@ -34,6 +37,8 @@ class AssociativeGraph:
     @classmethod
     def build(cls, links: Sequence[tuple[int, str]]) -> AssociativeGraph:
         """From (turn item, concept key) links."""
+        from scipy import sparse
+
         index: dict[str, int] = {}
         rows: dict[int, int] = {}
         r, c = [], []
@@ -55,6 +60,8 @@ class AssociativeGraph:
 
     def weights(self) -> sparse.csr_matrix:
         """w_uv = c_uv · IDF(u) · IDF(v) (section 3.3)."""
+        from scipy import sparse
+
         scale = sparse.diags(self.idf)
         return (scale @ self.cooccurrence @ scale).tocsr()
 
