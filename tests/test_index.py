@@ -144,6 +144,24 @@ def test_dense_index_returns_nearest_by_cosine():
         index.add(4, np.array([1.0, 0.0, 0.0]))
 
 
+def test_dense_index_scores_are_its_search_as_arrays_and_grow_with_it():
+    rng = np.random.default_rng(7)
+    index = DenseIndex()
+    for key in rng.permutation(np.arange(1000, 1300)):  # keys in no order, with ties below
+        index.add(int(key), rng.normal(size=8))
+    index.add(5, np.ones(8))
+    index.add(6, np.ones(8))
+    for query, k in ((np.ones(8), 3), (rng.normal(size=8), 50), (rng.normal(size=8), 10_000)):
+        keys, scores = index.scores(query, k)
+        assert keys.dtype == np.int64 and scores.dtype == np.float32
+        assert list(zip(keys.tolist(), scores.astype(np.float64).tolist(), strict=True)) == index.search(query, k)
+        assert len(keys) == min(k, 302)
+    assert index.scores(np.ones(8), 2)[0].tolist() == [5, 6]  # a tie: the row added first
+    index.add(7, np.ones(8))  # a row added after a search is in the next one, in its place
+    assert index.scores(np.ones(8), 3)[0].tolist() == [5, 6, 7]
+    assert [len(a) for a in DenseIndex().scores(np.ones(8), 5)] == [0, 0]
+
+
 def test_embedding_cache_skips_known_texts():
     calls: list[list[str]] = []
 

@@ -17,7 +17,7 @@ from ..index.live import IndexCache
 from ..index.statements import READING
 from ..index.tokens import TokenCounter
 from ..llm.client import LLMClient
-from ..store.base import DerivedSpec, Store
+from ..store.base import DerivedSpec, Scores, Store
 from ..types import Answer, Hit, Namespace, Retrieval, Turn
 from .structure import hit_text
 
@@ -91,6 +91,10 @@ class EngineContext:
     def nearest(self, space: str, model: str, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
         """Top-k (item id, cosine) among this namespace's vectors of `space` from `model` (the store's search)."""
         return self.store.vector_search(self.ns, space, model, np.asarray(vector, dtype=np.float32), k)
+
+    def nearest_scores(self, space: str, model: str, vector: np.ndarray, k: int) -> Scores:
+        """`nearest` as arrays (item ids, cosines), best first: for an engine that scores every item."""
+        return self.store.vector_scores(self.ns, space, model, np.asarray(vector, dtype=np.float32), k)
 
     def hits_from_items(self, scored: Sequence[tuple[int, float]], engine: str) -> list[Hit]:
         """Turn (item id, score) pairs into hits carrying their source turn ids and token counts; an item

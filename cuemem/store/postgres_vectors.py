@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .base import Scores
 from .postgres_schema import SCHEMA
 from .sql import SQLStore
 
@@ -148,6 +149,12 @@ class PgVectors(SQLStore):
             value = float(score) if score is not None else 0.0
             out.append((int(item), 0.0 if value != value else value))  # NaN (a zero vector) scores 0
         return out
+
+    def vector_scores(self, ns: int, space: str, model: str, vector: np.ndarray, k: int) -> Scores:
+        """`vector_search` as arrays (item ids, cosines), best first (the database sends rows: built from them)."""
+        found = self.vector_search(ns, space, model, vector, k)
+        items = np.fromiter((item for item, _ in found), dtype=np.int64, count=len(found))
+        return items, np.fromiter((score for _, score in found), dtype=np.float32, count=len(found))
 
 
 def _array(value: Any) -> np.ndarray:

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import StoreError
 from . import scrub
-from .base import AppendResult, Item, NewItem, text_hash
+from .base import AppendResult, Item, NewItem, Scores, text_hash
 from .sql import DERIVED_TABLES, SQLStore
 from .vectors import DenseIndex
 
@@ -461,15 +461,24 @@ class SQLiteStore(SQLStore):
         """Top-k (item id, cosine) among one namespace's vectors of one space and model (an in-process matrix,
         grown with new rows and rebuilt when the namespace's epoch changes)."""
         with self._vec_lock:
-            key = (ns, space, model)
-            epoch = self.epoch(ns)
-            cached = self._vectors.get(key)
-            index, after = (cached[1], cached[2]) if cached is not None and cached[0] == epoch else (DenseIndex(), 0)
-            for row_id, item_id, blob in self._query(
-                "SELECT id, item, vec FROM vectors WHERE ns=? AND space=? AND model=? AND id>? ORDER BY id",
-                (ns, space, model, after),
-            ):
-                index.add(item_id, np.frombuffer(blob, dtype=np.float32))
-                after = row_id
-            self._vectors[key] = (epoch, index, after)
-            return index.search(vector, k)
+            return self._dense_index(ns, space, model).search(vector, k)
+
+    def vector_scores(self, ns: int, space: str, model: str, vector: np.ndarray, k: int) -> Scores:
+        """`vector_search` as arrays (item ids, cosines), best first."""
+        with self._vec_lock:
+            return self._dense_index(ns, space, model).scores(vector, k)
+
+    def _dense_index(self, ns: int, space: str, model: str) -> DenseIndex:
+        """The namespace's matrix of one space and model, caught up with the rows written since (under the lock)."""
+        key = (ns, space, model)
+        epoch = self.epoch(ns)
+        cached = self._vectors.get(key)
+        index, after = (cached[1], cached[2]) if cached is not None and cached[0] == epoch else (DenseIndex(), 0)
+        for row_id, item_id, blob in self._query(
+            "SELECT id, item, vec FROM vectors WHERE ns=? AND space=? AND model=? AND id>? ORDER BY id",
+            (ns, space, model, after),
+        ):
+            index.add(item_id, np.frombuffer(blob, dtype=np.float32))
+            after = row_id
+        self._vectors[key] = (epoch, index, after)
+        return index

@@ -10,15 +10,20 @@ from __future__ import annotations
 import numpy as np
 
 
-def top_k(scores: np.ndarray, k: int, keys: list[int], *, positive_only: bool = True) -> list[tuple[int, float]]:
-    """The k best (key, score) pairs, stable for ties (lower index first)."""
+def top_order(scores: np.ndarray, k: int, *, positive_only: bool = True) -> np.ndarray:
+    """The indexes of the k best scores, best first, stable for ties (lower index first)."""
     candidates = np.flatnonzero(scores > 0) if positive_only else np.arange(len(scores))
     if len(candidates) == 0 or k <= 0:
-        return []
+        return candidates[:0]
     if len(candidates) > k:
         part = np.argpartition(-scores[candidates], k - 1)[:k]
         candidates = candidates[part]
-    order = candidates[np.lexsort((candidates, -scores[candidates]))][:k]  # score descending, then index
+    return candidates[np.lexsort((candidates, -scores[candidates]))][:k]  # score descending, then index
+
+
+def top_k(scores: np.ndarray, k: int, keys: list[int], *, positive_only: bool = True) -> list[tuple[int, float]]:
+    """The k best (key, score) pairs, stable for ties (lower index first)."""
+    order = top_order(scores, k, positive_only=positive_only)
     if len(order) > 64:  # a long list: look the keys up in one numpy step
         return list(zip(np.asarray(keys)[order].tolist(), scores[order].astype(np.float64).tolist(), strict=True))
     return [(keys[i], float(scores[i])) for i in order.tolist()]
@@ -30,6 +35,7 @@ class DenseIndex:
     def __init__(self, dim: int | None = None) -> None:
         self.dim = dim
         self.keys: list[int] = []
+        self._keys = np.zeros(0, dtype=np.int64)  # `keys` as an array, grown with the matrix
         self._matrix = np.zeros((0, dim or 0), dtype=np.float32)
         self._pending: list[np.ndarray] = []
 
@@ -50,14 +56,23 @@ class DenseIndex:
         if self._pending:
             self._matrix = np.vstack([self._matrix, np.stack(self._pending)])
             self._pending = []
+            self._keys = np.asarray(self.keys, dtype=np.int64)
         return self._matrix
 
     def search(self, query_vector: np.ndarray, k: int) -> list[tuple[int, float]]:
         """Top-k (key, cosine similarity), best first."""
+        keys, scores = self.scores(query_vector, k)
+        return list(zip(keys.tolist(), scores.astype(np.float64).tolist(), strict=True))
+
+    def scores(self, query_vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """`search` as arrays (keys as int64, cosines as float32), best first: no Python pair per row, for a
+        caller that scores every row (stitch's ranking at 10,000 steps spent ~5 ms building and reading pairs)."""
         matrix = self.matrix()
         if len(self.keys) == 0 or k <= 0:
-            return []
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         query = np.asarray(query_vector, dtype=np.float32).reshape(-1)
         if query.shape[0] != matrix.shape[1]:
             raise ValueError(f"query of dimension {query.shape[0]} against vectors of dimension {matrix.shape[1]}")
-        return top_k(matrix @ query, k, self.keys, positive_only=False)
+        scores = matrix @ query
+        order = top_order(scores, k, positive_only=False)
+        return self._keys[order], scores[order].astype(np.float32, copy=False)
