@@ -92,6 +92,13 @@ class EngineContext:
         """Top-k (item id, cosine) among this namespace's vectors of `space` from `model` (the store's search)."""
         return self.store.vector_search(self.ns, space, model, np.asarray(vector, dtype=np.float32), k)
 
+    def indexed_version(self, engine: str) -> tuple[int, int, str]:
+        """What an engine's query-side view of this namespace is kept for: the namespace's epoch (moved by deletes
+        and reindexes) and the engine's watermark (moved by ingest, in the transaction that writes its state), for
+        an engine that embeds (the indexer's progress key, `engine@embedder`)."""
+        name = self.embedder.name
+        return self.store.epoch(self.ns), self.store.watermark(self.ns, f"{engine}@{name}"), name
+
     def nearest_scores(self, space: str, model: str, vector: np.ndarray, k: int) -> Scores:
         """`nearest` as arrays (item ids, cosines), best first: for an engine that scores every item."""
         return self.store.vector_scores(self.ns, space, model, np.asarray(vector, dtype=np.float32), k)

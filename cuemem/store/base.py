@@ -26,6 +26,12 @@ OnDelete = Literal["rows", "rebuild"]
 Scores = tuple[np.ndarray, np.ndarray]  # (item ids as int64, scores as float32), best first
 
 
+def as_scores(pairs: Sequence[tuple[int, float]]) -> Scores:
+    """(item id, score) pairs, as a search returns them, as `Scores` arrays."""
+    items = np.fromiter((item for item, _ in pairs), dtype=np.int64, count=len(pairs))
+    return items, np.fromiter((score for _, score in pairs), dtype=np.float32, count=len(pairs))
+
+
 @dataclass(frozen=True)
 class DerivedSpec:
     """An owner's declaration of its derived state.

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Scores
+from .base import Scores, as_scores
 from .postgres_schema import SCHEMA
 from .sql import SQLStore
 
@@ -152,9 +152,7 @@ class PgVectors(SQLStore):
 
     def vector_scores(self, ns: int, space: str, model: str, vector: np.ndarray, k: int) -> Scores:
         """`vector_search` as arrays (item ids, cosines), best first (the database sends rows: built from them)."""
-        found = self.vector_search(ns, space, model, vector, k)
-        items = np.fromiter((item for item, _ in found), dtype=np.int64, count=len(found))
-        return items, np.fromiter((score for _, score in found), dtype=np.float32, count=len(found))
+        return as_scores(self.vector_search(ns, space, model, vector, k))
 
 
 def _array(value: Any) -> np.ndarray:

@@ -189,7 +189,7 @@ class EpisodicEngine(BaseEngine):
         store, ns = ctx.store, ctx.ns
         name = f"{self.name}:episodes"
         with ctx.indexes.lock_for(ctx.ns), store.snapshot():
-            version = (store.epoch(ns), store.watermark(ns, f"{self.name}@{ctx.embedder.name}"), ctx.embedder.name)
+            version = ctx.indexed_version(self.name)
             cached = ctx.indexes.view(ns, name, version)
             if isinstance(cached, Episodes):
                 return cached

@@ -20,7 +20,7 @@ import numpy as np
 
 from ...index.fusion import reciprocal_rank_fusion
 from ...index.statements import READING, stored_reading
-from ...store.base import DerivedSpec, Item, NewItem, Scores
+from ...store.base import DerivedSpec, Item, NewItem, Scores, as_scores
 from ...types import Hit, Turn
 from ..base import BaseEngine, EngineContext, variant_name
 from ..baselines import prepare_embeddings, turn_document, turn_words
@@ -42,8 +42,7 @@ class StepTable:
 
     ids: list[int]
     position: dict[int, int]
-    sorted_ids: np.ndarray  # `ids` sorted, and where each of them is in `ids`: positions of many items at once
-    sorted_at: np.ndarray
+    id_array: np.ndarray  # `ids` (sorted) as an array: the positions of many items at once, by binary search
     segment: np.ndarray
     scope: np.ndarray
     events: list[frozenset[str]]
@@ -98,10 +97,9 @@ class StitchEngine(BaseEngine):
         namespace's epoch and this engine's watermark, which ingest moves in the transaction that writes the state
         (reading and parsing the state was ~4 ms of a search at 10,000 turns). Called inside the store's snapshot,
         as `retrieve` reads the state and the labels of one moment."""
-        store, ns = ctx.store, ctx.ns
-        name = f"{self.name}:state"
+        ns, name = ctx.ns, f"{self.name}:state"
         with ctx.indexes.lock_for(ns):
-            version = (store.epoch(ns), store.watermark(ns, f"{self.name}@{ctx.embedder.name}"), ctx.embedder.name)
+            version = ctx.indexed_version(self.name)
             cached = ctx.indexes.view(ns, name, version)
             if isinstance(cached, IngestState):
                 return cached
@@ -314,15 +312,12 @@ class StitchEngine(BaseEngine):
             for item, kind, label in store.labels_in_space(ns, self.space("step")):
                 labels.setdefault(item, {}).setdefault(kind, []).append(label)
             ids = sorted(labels)
-            as_array = np.asarray(ids, dtype=np.int64)
-            sorted_at = np.argsort(as_array, kind="stable")
             segments: dict[str, int] = {}
             scopes: dict[str, int] = {}
             table = StepTable(
                 ids=ids,
                 position={item: i for i, item in enumerate(ids)},
-                sorted_ids=as_array[sorted_at],
-                sorted_at=sorted_at,
+                id_array=np.asarray(ids, dtype=np.int64),
                 segment=np.array([segments.setdefault(labels[i].get("segment", ["?"])[0], len(segments)) for i in ids]),
                 scope=np.array([scopes.setdefault(labels[i].get("scope", ["?"])[0], len(scopes)) for i in ids]),
                 events=[frozenset(labels[i].get("event", [])) for i in ids],
@@ -348,7 +343,7 @@ class StitchEngine(BaseEngine):
         events, types = self.labeller(ctx).query_filter(state, query, query_vector, asked)
 
         def ranking(text: str, vector: np.ndarray) -> list[tuple[int, float]]:
-            lexical = _dense_array(_as_arrays(ctx.bm25(step_space, text, n)), table, fill=0.0)
+            lexical = _dense_array(as_scores(ctx.bm25(step_space, text, n)), table, fill=0.0)
             semantic = _dense_array(ctx.nearest_scores(step_space, ctx.embedder.name, vector, n), table, fill=-1.0)
             lists = [lexical, semantic]
             bm25_weight, dense_weight = ctx.fusion_weights()
@@ -450,21 +445,15 @@ def analyze_query(query: str) -> StepAnalysis:
     return analysis
 
 
-def _as_arrays(scored: list[tuple[int, float]]) -> Scores:
-    """(item, score) pairs as (item ids, scores) arrays."""
-    items = np.fromiter((item for item, _ in scored), dtype=np.int64, count=len(scored))
-    return items, np.fromiter((score for _, score in scored), dtype=np.float32, count=len(scored))
-
-
 def _dense_array(scored: Scores, table: StepTable, fill: float) -> np.ndarray:
     """The scores as an array over the table's steps (`fill` for a step the arrays do not hold); the items are
-    found in the table by binary search over its sorted ids, all at once."""
+    found in the table by binary search over its ids, which are sorted, all at once."""
     out = np.full(len(table.ids), fill, dtype=np.float32)
     items, scores = scored
-    if len(items) and len(table.sorted_ids):
-        found = np.minimum(np.searchsorted(table.sorted_ids, items), len(table.sorted_ids) - 1)
-        kept = table.sorted_ids[found] == items
-        out[table.sorted_at[found[kept]]] = scores[kept]
+    if len(items) and len(table.id_array):
+        found = np.minimum(np.searchsorted(table.id_array, items), len(table.id_array) - 1)
+        kept = table.id_array[found] == items
+        out[found[kept]] = scores[kept]
     return out
 
 
