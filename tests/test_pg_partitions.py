@@ -108,6 +108,32 @@ def test_a_delete_scrubs_only_its_namespace_partitions(pg):
         assert found == 1  # the other namespace's turn t3, not user-0's
 
 
+def test_a_waited_scrub_outlasts_an_older_snapshot(pg):
+    """A transaction older than the delete (here a reader's snapshot; in CI it was PostgreSQL's autovacuum ANALYZE)
+    keeps the deleted rows in the rewritten file: flush rewrites again once it ended, within the store's timeout,
+    rather than reporting the scrub as left undone."""
+    dsn = pg("older")
+    with memory_on(dsn) as memory:
+        store = memory.store
+        assert isinstance(store, PostgresStore)
+        memory.add(
+            [{"id": f"t{i}", "text": f"turn {i} with the secret word kumquat{i}"} for i in range(10)], user_id="u"
+        )
+        reader = connect(dsn)
+        reader.autocommit = False
+        reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        reader.execute("SELECT 1").fetchone()  # its snapshot: older than the delete, on no table of the store
+        memory.delete("t3", user_id="u")
+        assert store._vacuum_full(store._scrubber._tables, 5.0)  # held: the reader may still see the old rows
+        ended = threading.Timer(0.5, reader.commit)
+        ended.start()
+        try:
+            assert store._scrubber.flush() and not store._scrubber.pending
+        finally:
+            ended.join()
+            reader.close()
+
+
 def test_other_namespaces_do_not_wait_for_a_partition_being_scrubbed(pg):
     """While one namespace's partitions are locked as VACUUM FULL locks them, a namespace in another partition
     searches, adds and deletes without waiting, its statements run more than psycopg's prepare threshold (5) times

@@ -50,13 +50,7 @@ class PgScrub(SQLStore):
         freed disk blocks, old WAL segments, replicas or backups are wiped: that is the operator's (README)."""
         if self.read_only:
             return
-        held = self._vacuum_full(self._ever_written(), self.timeout)
-        deadline = time.monotonic() + self.timeout
-        while held and time.monotonic() < deadline:
-            # a transaction older than the delete (another session's read, a scrub of another table running in the
-            # background) kept dead rows in the new file: once it ended, those tables are rewritten again
-            time.sleep(0.05)
-            held = self._vacuum_full(held, self.timeout)
+        held = self._vacuum_until_clean(self._ever_written(), self.timeout)
         if self._scrubber is not None:
             if held:
                 self._scrubber.schedule(held)  # still held at the deadline: the background scrub goes on trying
@@ -77,6 +71,18 @@ class PgScrub(SQLStore):
             (SCHEMA, list(PARTITIONED), BLOCK),
         )
         return [t for t in TEXT_TABLES if t not in PARTITIONED] + [str(name) for (name,) in written]
+
+    def _vacuum_until_clean(self, tables: Iterable[str], lock_timeout: float) -> set[str]:
+        """VACUUM FULL of `tables`, again for those whose new file still holds dead rows, until none does or the
+        store's timeout has passed; returns those still holding them. A transaction older than the delete keeps
+        them: another session's read, a scrub running in the background, or PostgreSQL's own autovacuum ANALYZE,
+        which holds a snapshot while it samples any table of the database. Once it ended, a rewrite drops them."""
+        deadline = time.monotonic() + self.timeout
+        held = self._vacuum_full(tables, lock_timeout)
+        while held and time.monotonic() < deadline:
+            time.sleep(0.05)
+            held = self._vacuum_full(held, lock_timeout)
+        return held
 
     def _vacuum_full(self, tables: Iterable[str], lock_timeout: float) -> set[str]:
         """VACUUM FULL of `tables` (TEXT_TABLES or their partitions, in TEXT_TABLES' order), then CHECKPOINT; returns
@@ -142,8 +148,11 @@ class PgScrub(SQLStore):
     def _scrub(self, tables: set[str], wait: bool) -> set[str]:
         """The scrub after a delete (scrub.py): VACUUM FULL of the tables that held deleted rows. In the background
         a table lock is waited for 1 s at most (a VACUUM FULL queued behind a long reader would stall every query
-        of the table meanwhile); a blocked or partial scrub is retried."""
-        return self._vacuum_full(tables, self.timeout if wait else min(1.0, self.timeout))
+        of the table meanwhile) and a partial scrub is retried later, after a pause; a waited scrub (flush, on
+        close) rewrites again at once until nothing is held or the store's timeout has passed."""
+        if wait:
+            return self._vacuum_until_clean(tables, self.timeout)
+        return self._vacuum_full(tables, min(1.0, self.timeout))
 
 
 _PARTITION = re.compile(r"(\w+?)(?:_p\d+)?")
