@@ -60,10 +60,17 @@ def is_ablation(engine: str) -> bool:
     return "-" in engine and not engine.endswith("-llm")
 
 
+# Baselines whose stored state is part of another baseline's: bm25 and fullcontext index the turns, dense adds
+# their embeddings, and hybrid does both (engines/baselines.py). On PostgreSQL, where the store is what is under
+# test, hybrid runs the engine suites for them; on SQLite each runs every suite.
+STATE_OF_HYBRID = frozenset({"bm25", "dense", "fullcontext"})
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Ablations run every engine suite on SQLite, and on PostgreSQL only where the store is what is under test:
-    on PostgreSQL the suites run each design and every baseline, and the designs' model variants (`-llm`) only in
+    on PostgreSQL the suites run each design and hybrid (for the baselines whose state is part of its,
+    STATE_OF_HYBRID), and the designs' model variants (`-llm`) only in
     the suites marked `model_variants_on_postgres` (forgetting: deletes must reach the model-made state there too;
     the model variants write that state through the same store calls as their designs), which keeps the whole
     suite within its time (docs/development.md). A test parametrised over `engine` keeps its PostgreSQL runs for
@@ -79,6 +86,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             and isinstance(engine, str)
             and (
                 is_ablation(engine)
+                or engine in STATE_OF_HYBRID
                 or (engine.endswith("-llm") and item.get_closest_marker("model_variants_on_postgres") is None)
             )
             and item.get_closest_marker("every_engine_on_postgres") is None

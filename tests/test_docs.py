@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -148,9 +149,62 @@ def shown_matches(shown: list[str], actual: str) -> bool:
     return re.fullmatch(pattern, actual.rstrip() + "\n", flags=re.S) is not None
 
 
+def cuemem_commands(code: str) -> list[list[str]] | None:
+    """The argument lists of a bash block made only of plain `cuemem ...` commands (comments, continued lines and
+    quoting allowed; no pipe, redirection, substitution or other program), else None."""
+    commands: list[list[str]] = []
+    for line in code.replace("\\\n", " ").splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        try:
+            words = list(lexer)
+        except ValueError:
+            return None
+        if not words:
+            continue
+        if words[0] != "cuemem" or any(set(w) & set("|&;<>()") or "$" in w or "`" in w for w in words):
+            return None
+        commands.append(words[1:])
+    return commands or None
+
+
+CLI_DRIVER = textwrap.dedent(
+    """
+    import json, sys
+    from cuemem.cli import app
+    for argv in json.load(open(sys.argv[1])):
+        try:
+            app(args=argv, prog_name="cuemem")
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                print(f"`cuemem {' '.join(argv)}` exited {exc.code}", file=sys.stderr)
+                sys.exit(1)
+    """
+)
+
+
 def run_shell(ex: Example, cwd: Path, env: dict[str, str], timeout: float = 280) -> list[str]:
-    """Run one bash / sh / console example; the failures, each with where it is and what it printed."""
+    """Run one bash / sh / console example; the failures, each with where it is and what it printed. A bash block
+    of plain `cuemem` commands runs them in order in one process (one import of cuemem, as `bash -e` would stop
+    at the first that fails): each command must leave nothing open that the next one would trip over."""
     failures = []
+    commands = cuemem_commands(ex.code) if ex.lang in ("bash", "sh") else None
+    if commands is not None:
+        scratch = Path(tempfile.mkdtemp(dir=cwd.parent))
+        (scratch / "argv.json").write_text(json.dumps(commands))
+        (scratch / "cli.py").write_text(CLI_DRIVER)
+        proc = subprocess.run(
+            [sys.executable, str(scratch / "cli.py"), str(scratch / "argv.json")],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if proc.returncode != 0:
+            failures.append(f"{ex.where}: exited {proc.returncode}:\n{ex.code}\n{proc.stdout}{proc.stderr}")
+        return failures
     if ex.lang == "console":
         for command, shown in console_steps(ex.code):
             proc = subprocess.run(
@@ -279,6 +333,26 @@ def test_examples_run(page: Path, tmp_path: Path) -> None:
         if ex is not None:
             failures += run_shell(ex, cwd, env)
     assert not failures, "\n\n".join(failures)
+
+
+def test_a_cli_block_run_in_one_process_stops_at_the_first_failure(tmp_path: Path) -> None:
+    """The in-process run of a `cuemem`-only block fails as `bash -e` would: at the command that fails, with its
+    message, and runs nothing after it; a block with any other program or shell syntax goes to bash."""
+    needs_cuemem()
+    assert cuemem_commands("cuemem --db a.db add 'x y' \\\n  --user-id u  # note\ncuemem stats") == [
+        ["--db", "a.db", "add", "x y", "--user-id", "u"],
+        ["stats"],
+    ]
+    for shell in ("cuemem export | head", "cuemem export > f", "cuemem get $ID", "printf x", "make setup"):
+        assert cuemem_commands(shell) is None, shell
+    (tmp_path / "work").mkdir()
+    code = "\n".join(
+        ["cuemem --db a.db add kept -u u", "cuemem --db nowhere.db get t1 -u u", "cuemem --db b.db add never -u u"]
+    )
+    example = Example(ROOT / "docs" / "cli.md", 1, "bash", code, "run")
+    failures = run_shell(example, tmp_path / "work", env_for(tmp_path))
+    assert len(failures) == 1 and "no store at nowhere.db" in failures[0] and "exited 1" in failures[0]
+    assert (tmp_path / "work" / "a.db").exists() and not (tmp_path / "work" / "b.db").exists()
 
 
 def free_port() -> int:

@@ -449,17 +449,14 @@ class LocalBackend:
         """Vocabulary masks: which tokens may appear in a number, or inside a JSON string."""
         torch = self._torch()
         if kind not in self._masks:
-            vocab = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
-            allowed = torch.zeros(len(vocab), dtype=torch.bool)
-            for i in range(len(vocab)):
-                piece = self.tokenizer.decode([i])
-                if kind == "digits":
-                    ok = bool(piece) and all(ch in "0123456789-." for ch in piece)
-                else:
-                    ok = bool(piece) and not any(ch in piece for ch in '"\\\n\r\t') and i != self.end_id
-                    ok = ok and not piece.startswith("<|")
-                allowed[i] = ok
-            self._masks[kind] = allowed
+            pieces = _token_pieces(self.tokenizer)
+            if kind == "digits":
+                allowed = [bool(piece) and not piece.strip("0123456789-.") for piece in pieces]
+            else:
+                banned = re.compile('["\\\\\n\r\t]')
+                allowed = [bool(p) and not banned.search(p) and not p.startswith("<|") for p in pieces]
+                allowed[self.end_id] = False
+            self._masks[kind] = torch.tensor(allowed, dtype=torch.bool)
         return self._masks[kind]
 
     def _generate_masked(self, messages: Messages, prefix: str, kind: str, max_tokens: int) -> tuple[str, Usage]:
@@ -483,6 +480,16 @@ class LocalBackend:
                 cache = _cache_of(result)
                 logits = result.logits[0, -1].float()
         return self.tokenizer.decode(out), Usage(len(ids), len(out))
+
+
+def _token_pieces(tokenizer: Any) -> list[str]:
+    """Every token id's text as `tokenizer.decode([id])` gives it, decoded in one call of the Rust tokenizer where
+    there is one (Qwen's 151k tokens: 0.4 s against 1.1 s one by one)."""
+    ids = [[i] for i in range(len(tokenizer))]
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", False):
+        return list(backend.decode_batch(ids, skip_special_tokens=False))
+    return [tokenizer.decode(one) for one in ids]
 
 
 def _resolve(spec: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:
