@@ -70,27 +70,28 @@ STATE_OF_HYBRID = frozenset({"bm25", "dense", "fullcontext"})
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Ablations run every engine suite on SQLite, and on PostgreSQL only where the store is what is under test:
     on PostgreSQL the suites run each design and hybrid (for the baselines whose state is part of its,
-    STATE_OF_HYBRID), and the designs' model variants (`-llm`) only in
-    the suites marked `model_variants_on_postgres` (forgetting: deletes must reach the model-made state there too;
-    the model variants write that state through the same store calls as their designs), which keeps the whole
-    suite within its time (docs/development.md). A test parametrised over `engine` keeps its PostgreSQL runs for
-    every engine when it is marked `every_engine_on_postgres`."""
+    STATE_OF_HYBRID), and the designs' model variants (`-llm`) only in the suites marked
+    `model_variants_on_postgres` (forgetting: deletes must reach the model-made state there too; the model variants
+    write that state through the same store calls as their designs) and in the PostgreSQL forms of SQLite tests
+    (`postgres_only`), which keeps the whole suite within its time (docs/development.md). A test parametrised over
+    `engine` keeps its PostgreSQL runs for every engine when it is marked `every_engine_on_postgres`."""
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
         params = getattr(item, "callspec", None)
         params = params.params if params is not None else {}
         engine = params.get("engine")
+        on_postgres = params.get("store_kind") == "postgres" or item.get_closest_marker("postgres_only") is not None
+        model_variant_kept = any(
+            item.get_closest_marker(mark) is not None for mark in ("model_variants_on_postgres", "postgres_only")
+        )
         if (
-            params.get("store_kind") == "postgres"
+            on_postgres
             and isinstance(engine, str)
-            and (
-                is_ablation(engine)
-                or engine in STATE_OF_HYBRID
-                or (engine.endswith("-llm") and item.get_closest_marker("model_variants_on_postgres") is None)
-            )
             and item.get_closest_marker("every_engine_on_postgres") is None
-            and item.get_closest_marker("postgres_only") is None  # PostgreSQL's own form of a test: kept whole
+            and (
+                is_ablation(engine) or engine in STATE_OF_HYBRID or (engine.endswith("-llm") and not model_variant_kept)
+            )
         ):
             dropped.append(item)
         else:
