@@ -18,14 +18,18 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 
 from .index.dates import format_day
+from .index.names import PersonIndex, is_generic_label
 from .llm import LLMClient, LLMError
 from .types import Answer, Hit, Retrieval
 
 ABSTAIN = "The memory does not say."  # what the reader replies when its excerpts do not hold the answer
 EVIDENCE_TOKENS = 320  # settings.answer_budget: tokens of excerpts the reader sees (chosen on dev, BENCHMARKS)
 EVIDENCE_TURNS = 6  # at most this many excerpts, however short
+PREMISE_DEPTH = 2  # attributed_elsewhere: how many best hits must all be another speaker's (LoCoMo dev, BENCHMARKS)
+PREMISE_MATCH = 0.95  # how sure the match of a name in the question to a speaker must be (a first name: 0.95)
 GOAL_WORDS = 5  # a goal in focus longer than this (a quoted turn) is not shown as "re: ..."
 _RESOLVED = re.compile(r"\[([^\[\]]+ = [^\[\]]+)\]\s*$")
+Search = Callable[[str], Sequence[Hit]]  # a text searched for in the question's namespace, best hit first
 _LIST_MARK = re.compile(r"^(?:[-*•]|\d{1,2}[.)])\s*")
 
 
@@ -172,12 +176,23 @@ def read_stream(
     evidence_tokens: int = EVIDENCE_TOKENS,
     count: Callable[[str], int] = words_tokens,
     verify: float | None = None,
+    search: Search | None = None,
 ) -> Iterator[str | Answer]:
-    """`read`, streamed: the answer's text in pieces as the model decodes them, then the `Answer` (last item)."""
+    """`read`, streamed: the answer's text in pieces as the model decodes them, then the `Answer` (last item).
+    Given `search` (the question's namespace searched for a text), a question about one speaker whose subject
+    another speaker's turns hold is answered with the abstention, without a model call (`attributed_elsewhere`)."""
     if not retrieval.hits:
         text = f"{abstain} (Nothing relevant is in memory.)"
         yield text
         yield Answer(text, [], retrieval, list(notes), evidence_tokens=0)
+        return
+    elsewhere = attributed_elsewhere(question, retrieval.hits, search) if search is not None else None
+    if elsewhere is not None:
+        speaker, grounds = elsewhere
+        text = f"{abstain} (The turns about this are {speaker}'s.)"
+        yield text
+        ids = [t for hit in grounds for t in hit.turn_ids]
+        yield Answer(text, [], retrieval, list(notes), evidence_tokens=0, evidence_turn_ids=ids)
         return
     picked = evidence(retrieval.hits, evidence_tokens, count=count)
     shown = [text for _, text in picked]
@@ -239,13 +254,15 @@ def read(
     evidence_tokens: int = EVIDENCE_TOKENS,
     count: Callable[[str], int] = words_tokens,
     verify: float | None = None,
+    search: Search | None = None,
 ) -> Answer:
     """Answer from the smallest evidence among the hits, then choose up to `cite` supporting ids among those
     shown (a second one only if its log-probability is within `margin` of the first). `now` is the date the
     question is asked (LongMemEval's question date), which "how long ago" questions need; `abstain` is the reply
     when the excerpts do not say (a benchmark passes its own, e.g. LoCoMo's "Not mentioned in the
     conversation."); `notes` are lines shown after the excerpts (E-mem's master: the assistants' findings);
-    `evidence_tokens` bounds the excerpts, counted by `count`."""
+    `evidence_tokens` bounds the excerpts, counted by `count`; `search`, where given, checks the question's premise
+    (`attributed_elsewhere`)."""
     return final(
         read_stream(
             client,
@@ -260,6 +277,7 @@ def read(
             evidence_tokens=evidence_tokens,
             count=count,
             verify=verify,
+            search=search,
         )
     )
 
@@ -270,6 +288,73 @@ def final(stream: Iterable[str | Answer]) -> Answer:
     if not isinstance(last, Answer):
         raise TypeError(f"an answer stream ended with {type(last).__name__}, not an Answer")
     return last
+
+
+def attributed_elsewhere(
+    question: str, hits: Sequence[Hit], search: Search, depth: int = PREMISE_DEPTH
+) -> tuple[str, list[Hit]] | None:
+    """The question's premise (issue 35 item 3): it names one of the conversation's speakers (`asked_speaker`),
+    yet what it asks about, searched for with that name taken out (`without_person`), is what another speaker
+    said: each of the `depth` best hits of that search is another speaker's turn that names the asked one only
+    to address them ("Thanks, Mel!"). The memory holds it of someone else, and a reader shown those turns would
+    answer a question about one person with another's words. Returns that speaker and the hits, else None.
+    Questions naming no speaker, or two, and conversations whose speakers are generic labels are not checked."""
+    asked = asked_speaker(question, hits)
+    if asked is None:
+        return None
+    person, forms = asked
+    found = list(search(without_person(question, forms)))[:depth]
+    if len(found) < depth:
+        return None
+    said_by = [h.detail.get("speaker") for h in found]
+    if not all(isinstance(s, str) and s and s != person and not is_generic_label(s) for s in said_by):
+        return None
+    if not all(_only_addressed(h.text.split(": ", 1)[-1], forms) for h in found):
+        return None
+    return str(said_by[0]), found
+
+
+def asked_speaker(question: str, hits: Sequence[Hit]) -> tuple[str, set[str]] | None:
+    """The one speaker of the hits that `question` names (with the forms it goes by), where it names exactly one
+    and the hits show at least two speakers with names (generic labels such as "user" are no one's name)."""
+    said_by = [h.detail.get("speaker") for h in hits]
+    speakers = list(dict.fromkeys(s for s in said_by if isinstance(s, str) and s and not is_generic_label(s)))
+    if len(speakers) < 2:
+        return None
+    people = PersonIndex.build(speakers)
+    named = [p for p, score in people.match_query(question).items() if score >= PREMISE_MATCH]
+    if len(named) != 1:
+        return None
+    return named[0], {named[0], *people.aliases(named[0])}
+
+
+def without_person(question: str, forms: Iterable[str]) -> str:
+    """The question with the person's name (and its possessive) replaced by "someone": what it asks, of no one in
+    particular, so that a search ranks the turns about that by content rather than by who is named."""
+    for form in sorted(forms, key=len, reverse=True):
+        question = re.sub(
+            rf"\b{re.escape(form)}(['’]s?)?(?=\W|$)",
+            lambda m: "someone's" if m.group(1) else "someone",
+            question,
+            flags=re.I,
+        )
+    return question
+
+
+_GREETING = re.compile(r"(?:^|[.!?]\s*)(?:hey|hi|hello|thanks|thank you|oh|wow|yes|yeah|sure|dear|congrats)$", re.I)
+
+
+def _only_addressed(text: str, names: Iterable[str]) -> bool:
+    """Whether every mention of the person in `text` addresses them, set off as a vocative is ("Thanks, Mel!",
+    "Hey Mel, look", "That's great, Mel."), rather than saying something of them ("Mel ran a race")."""
+    for name in names:
+        for found in re.finditer(rf"\b{re.escape(name)}\b", text, flags=re.I):
+            before = text[: found.start()].rstrip()
+            opens = not before or before.endswith((",", "!", ".", "?")) or _GREETING.search(before) is not None
+            closes = text[found.end() : found.end() + 1] in ("", ",", "!", ".", "?")
+            if not (opens and closes):
+                return False
+    return True
 
 
 def abstains(text: str, abstain: str = ABSTAIN) -> bool:

@@ -10,12 +10,14 @@ from fakes import FakeBackend
 
 from cuemem.answer import (
     ABSTAIN,
+    attributed_elsewhere,
     dates_shown,
     evidence,
     excerpt,
     inline_dates,
     read,
     read_stream,
+    without_person,
     words_tokens,
 )
 from cuemem.llm import ChatResult, Choice, LLMClient, Usage
@@ -154,3 +156,70 @@ def test_the_readers_check_turns_an_unsupported_answer_into_the_abstention():
     assert unsure.text == ABSTAIN and unsure.cited_turn_ids == [] and unsure.support == pytest.approx(-2.0)
     unchecked = read(LLMClient(Streaming("Theo")), "Who won?", retrieval)
     assert unchecked.text == "Theo" and unchecked.support is None  # no check asked: no extra call
+
+
+def said(turn: str, speaker: str, text: str, *people: str) -> Hit:
+    return hit(turn, f"{speaker}: {text}", "2023-05-08T13:56:00", speaker=speaker, people=list(people))
+
+
+def test_a_question_about_one_speaker_whose_subject_is_the_others_is_not_answered_with_it():
+    """The premise check (attributed_elsewhere): what is asked of Melanie, the memory holds of Caroline. The check
+    searches for the question with her name taken out, and looks at who said the best hits."""
+    asked = "What did Melanie realize after her charity race?"
+    theirs = said(
+        "D2:1", "Caroline", "Thanks, Melanie! After the charity race I realized self-care matters.", "Melanie"
+    )
+    also = said("D2:4", "Caroline", "The race raised money for the shelter.")
+    hers = said("D2:2", "Melanie", "Lovely. I painted a lake last week.")
+    told = said("D2:3", "Caroline", "Melanie ran the charity race and realized self-care matters.", "Melanie")
+    searched: list[str] = []
+
+    def finds(*found: Hit):
+        def search(text: str) -> list[Hit]:
+            searched.append(text)
+            return list(found)
+
+        return search
+
+    first = [hers, theirs]  # the question's own search: her name pulls her turns up
+    assert attributed_elsewhere(asked, first, finds(theirs, also)) == ("Caroline", [theirs, also])
+    assert searched == ["What did someone realize after her charity race?"]
+    assert attributed_elsewhere(asked, first, finds(theirs, hers)) is None  # one of the best is hers
+    assert attributed_elsewhere(asked, first, finds(told, also)) is None  # said of her by the other speaker
+    assert attributed_elsewhere(asked, first, finds(theirs)) is None  # fewer hits than PREMISE_DEPTH
+    assert attributed_elsewhere("What did Mel realize?", first, finds(theirs, also)) is not None  # a nickname
+    searched.clear()
+    assert attributed_elsewhere("What did they realize after the race?", first, finds(theirs, also)) is None
+    assert attributed_elsewhere("Did Caroline or Melanie run?", first, finds(theirs, also)) is None  # both named
+    assert attributed_elsewhere(asked, [theirs, also], finds(theirs, also)) is None  # one speaker in view
+    assert searched == []  # nothing to check: no second search
+    user = said("D3:1", "user", "I realized self-care matters after the race.")
+    bot = said("D3:2", "assistant", "That is a good thing to realize.")
+    assert attributed_elsewhere("What did the user realize?", [bot, user], finds(bot, bot)) is None  # labels
+    assert without_person("Where is Mel's bag? Ask mel.", {"Melanie", "Mel"}) == "Where is someone's bag? Ask someone."
+
+
+def test_the_premise_check_abstains_without_a_model_call_and_can_be_turned_off(tmp_path: Path):
+    asked = "What did Melanie realize after her charity race?"
+    theirs = said(
+        "D2:1", "Caroline", "Thanks, Melanie! After the charity race I realized self-care matters.", "Melanie"
+    )
+    also = said("D2:4", "Caroline", "The race raised money for the shelter.")
+    retrieval = Retrieval(asked, [said("D2:2", "Melanie", "Lovely."), theirs, also], "stitch", Namespace("u"))
+    quiet = Streaming("self-care matters", cite="D2:1")
+    answer = read(LLMClient(quiet), asked, retrieval, search=lambda _: [theirs, also])
+    assert answer.text == f"{ABSTAIN} (The turns about this are Caroline's.)" and quiet.sent == []
+    assert answer.cited_turn_ids == [] and answer.evidence_turn_ids == ["D2:1", "D2:4"]
+    asked_anyway = read(LLMClient(quiet), asked, retrieval)  # no search given: no check
+    assert asked_anyway.text == "self-care matters" and quiet.sent
+    turns = [
+        ("Caroline", "Thanks, Melanie! After the charity race I realized self-care matters."),
+        ("Melanie", "Glad to hear it. I painted a lake last week."),
+        ("Caroline", "The charity race raised money for the shelter, and I realized how much it helps."),
+        ("Melanie", "My kids loved the lake painting."),
+    ]
+    for premise in (True, False):
+        with open_memory(tmp_path / f"m{premise}.db", "hybrid", answer_premise=premise) as memory:
+            memory.add([{"role": who, "content": text} for who, text in turns], user_id="u", session_id="s1")
+            reply = memory.answer(asked, user_id="u")
+            assert reply.text.startswith(ABSTAIN) == premise, reply.text
