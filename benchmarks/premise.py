@@ -29,7 +29,7 @@ from data_paths import LOCOMO, add_datasets_option, apply_datasets_option, datas
 
 def dump(split: str, engine: str, cache: Path, out: Path, k: int) -> None:
     from cuemem import Memory, Settings
-    from cuemem.answer import PREMISE_DEPTH, asked_speaker, without_person
+    from cuemem.answer import PREMISE_READ, asked_speaker, without_person
     from cuemem.bench.datasets import LOCOMO_DEV
     from cuemem.embed import make_embedder
     from cuemem.embed.cached import CachedEmbedder
@@ -50,7 +50,7 @@ def dump(split: str, engine: str, cache: Path, out: Path, k: int) -> None:
                     result = memory.search(qa["question"], user_id=sid, k=k)
                     asked = asked_speaker(qa["question"], result.hits)
                     neutral = (  # as the answer path searches (Memory._premise_search)
-                        memory.search(without_person(qa["question"], asked[1]), user_id=sid, k=PREMISE_DEPTH).hits
+                        memory.search(without_person(qa["question"], asked[1]), user_id=sid, k=PREMISE_READ).hits
                         if asked is not None
                         else []
                     )

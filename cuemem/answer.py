@@ -25,7 +25,8 @@ from .types import Answer, Hit, Retrieval
 ABSTAIN = "The memory does not say."  # what the reader replies when its excerpts do not hold the answer
 EVIDENCE_TOKENS = 320  # settings.answer_budget: tokens of excerpts the reader sees (chosen on dev, BENCHMARKS)
 EVIDENCE_TURNS = 6  # at most this many excerpts, however short
-PREMISE_DEPTH = 2  # attributed_elsewhere: how many best hits must all be another speaker's (LoCoMo dev, BENCHMARKS)
+PREMISE_DEPTH = 2  # attributed_elsewhere: how many best statements must all be another speaker's (LoCoMo dev)
+PREMISE_READ = 3  # ... among this many best hits of the search without the name (LoCoMo dev, BENCHMARKS.md)
 PREMISE_MATCH = 0.95  # how sure the match of a name in the question to a speaker must be (a first name: 0.95)
 GOAL_WORDS = 5  # a goal in focus longer than this (a quoted turn) is not shown as "re: ..."
 _RESOLVED = re.compile(r"\[([^\[\]]+ = [^\[\]]+)\]\s*$")
@@ -294,24 +295,31 @@ def attributed_elsewhere(
     question: str, hits: Sequence[Hit], search: Search, depth: int = PREMISE_DEPTH
 ) -> tuple[str, list[Hit]] | None:
     """The question's premise (issue 35 item 3): it names one of the conversation's speakers (`asked_speaker`),
-    yet what it asks about, searched for with that name taken out (`without_person`), is what another speaker
-    said: each of the `depth` best hits of that search is another speaker's turn that names the asked one only
-    to address them ("Thanks, Mel!"). The memory holds it of someone else, and a reader shown those turns would
-    answer a question about one person with another's words. Returns that speaker and the hits, else None.
-    Questions naming no speaker, or two, and conversations whose speakers are generic labels are not checked."""
+    yet what it asks about, searched for with that name taken out (`without_person`, PREMISE_READ hits), is what
+    another speaker said: the `depth` best of those hits that state something (a turn asking a question, "How
+    long do you walk them?", is about its listener, and is passed over) are each another speaker's turn naming the
+    asked one only to address them ("Thanks, Mel!"). The memory holds it of someone else, and a reader shown those
+    turns would answer a question about one person with another's words. Returns that speaker and those turns,
+    else None. Questions naming no speaker, or two, and conversations of generic labels are not checked."""
     asked = asked_speaker(question, hits)
     if asked is None:
         return None
     person, forms = asked
-    found = list(search(without_person(question, forms)))[:depth]
+    stated = [h for h in list(search(without_person(question, forms)))[:PREMISE_READ] if "?" not in _said(h)]
+    found = stated[:depth]
     if len(found) < depth:
         return None
     said_by = [h.detail.get("speaker") for h in found]
     if not all(isinstance(s, str) and s and s != person and not is_generic_label(s) for s in said_by):
         return None
-    if not all(_only_addressed(h.text.split(": ", 1)[-1], forms) for h in found):
+    if not all(_only_addressed(_said(h), forms) for h in found):
         return None
     return str(said_by[0]), found
+
+
+def _said(hit: Hit) -> str:
+    """A hit's words without the "Speaker: " in front."""
+    return hit.text.split(": ", 1)[-1]
 
 
 def asked_speaker(question: str, hits: Sequence[Hit]) -> tuple[str, set[str]] | None:

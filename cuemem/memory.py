@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from .answer import ABSTAIN, EVIDENCE_TOKENS, PREMISE_DEPTH, Search, final, read, read_stream
+from .answer import ABSTAIN, EVIDENCE_TOKENS, PREMISE_READ, Search, final, read, read_stream
 from .config import Settings
 from .embed import make_embedder
 from .embed.base import Embedder
@@ -340,9 +340,9 @@ class Memory:
 
     def _premise_search(self, retrieval: Retrieval, now: str | None) -> Search:
         """The search the answer's premise check runs (cuemem.answer.attributed_elsewhere): the retrieval's
-        namespace and engine, the best PREMISE_DEPTH hits."""
+        namespace and engine, the best PREMISE_READ hits."""
         ids = (retrieval.namespace.user_id, retrieval.namespace.agent_id, retrieval.namespace.run_id)
-        return lambda text: self._search(text, ids, PREMISE_DEPTH, None, retrieval.engine or None, now).hits
+        return lambda text: self._search(text, ids, PREMISE_READ, None, retrieval.engine or None, now).hits
 
     def get(self, turn_id: str, *, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> Turn:
         check_id_length(turn_id, "turn id")  # no turn can have a longer one: say so, not "not found"

@@ -187,6 +187,10 @@ def test_a_question_about_one_speaker_whose_subject_is_the_others_is_not_answere
     assert attributed_elsewhere(asked, first, finds(theirs, hers)) is None  # one of the best is hers
     assert attributed_elsewhere(asked, first, finds(told, also)) is None  # said of her by the other speaker
     assert attributed_elsewhere(asked, first, finds(theirs)) is None  # fewer hits than PREMISE_DEPTH
+    question = said("D2:5", "Caroline", "How long did the race take you, Melanie?", "Melanie")
+    assert attributed_elsewhere(asked, first, finds(question, theirs, also)) == ("Caroline", [theirs, also])
+    assert attributed_elsewhere(asked, first, finds(theirs, question, hers)) is None  # the next statement is hers
+    assert attributed_elsewhere(asked, first, finds(theirs, question, question, also)) is None  # only 3 are read
     assert attributed_elsewhere("What did Mel realize?", first, finds(theirs, also)) is not None  # a nickname
     searched.clear()
     assert attributed_elsewhere("What did they realize after the race?", first, finds(theirs, also)) is None
