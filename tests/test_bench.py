@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,15 @@ def test_runner_writes_the_documented_schema_and_resumes(tmp_path):
     again = run(config)
     assert json.loads(checkpoint.read_text())["ingest_seconds"] == before
     assert again["engines"]["bm25"]["retrieval"] == bm25["retrieval"]
+
+
+def test_locomo_types_are_named_as_the_help_names_them_and_none_found_is_an_error(tmp_path):
+    data = locomo_fixture(tmp_path / "l.json")
+    config = BenchConfig("locomo", data, tmp_path / "out", ["bm25"], settings={"embedder": "hashing"})
+    named = run(replace(config, types=("multi-hop", "4")))  # a name, or the file's number
+    assert set(named["engines"]["bm25"]["by_category"]) == {"1", "4"}
+    with pytest.raises(ValueError, match=r"no question of type open-domain in .*multi-hop, temporal"):
+        run(replace(config, types=("open-domain",)))  # the fixture has none: said, not a report of nothing
 
 
 def test_unknown_dataset_is_a_clear_error(tmp_path):

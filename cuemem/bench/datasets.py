@@ -24,6 +24,8 @@ SPLITS = ("dev", "test")
 # The fixed development split (issue 13): constants are chosen on `dev`, figures are reported on `test`.
 # LoCoMo: the first five conversations of the file are dev, the last five test.
 LOCOMO_DEV = frozenset({"conv-26", "conv-30", "conv-41", "conv-42", "conv-43"})
+# LoCoMo's question categories by name (`cuemem bench locomo --types`): the file numbers them.
+LOCOMO_CATEGORIES = {"multi-hop": "1", "temporal": "2", "open-domain": "3", "single-hop": "4", "adversarial": "5"}
 
 
 def split_of(dataset: str, conversation_id: str) -> str:

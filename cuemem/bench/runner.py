@@ -22,7 +22,7 @@ from ..errors import UnknownNamespaceError
 from ..index.budget import pack, packed_tokens
 from ..llm import LLMClient, Tally, make_client
 from ..memory import INGEST_BATCH, Memory
-from .datasets import Conversation, load_locomo, load_longmemeval, split_of
+from .datasets import LOCOMO_CATEGORIES, Conversation, load_locomo, load_longmemeval, split_of
 from .judge import judge
 from .metrics import bleu1, evidence_recall, locomo_f1, ndcg, set_f1, structured_scores, wrong_top
 from .protocol import (
@@ -53,7 +53,9 @@ def conversations(config: BenchConfig) -> Iterator[Conversation]:
     if config.split:
         loaded = (conv for conv in loaded if split_of(config.dataset, conv.id) == config.split)
     if config.types:
-        wanted = set(config.types)
+        wanted = (
+            {LOCOMO_CATEGORIES.get(t, t) for t in config.types} if config.dataset == "locomo" else set(config.types)
+        )
         loaded = (replace(conv, questions=[q for q in conv.questions if q.category in wanted]) for conv in loaded)
         loaded = (conv for conv in loaded if conv.questions)
     if config.limit is not None:
@@ -214,6 +216,9 @@ def peak_rss_mb() -> float:
 def run(config: BenchConfig, progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Run every engine over the dataset (resuming from checkpoints) and write results.json, report.md, plots."""
     per_engine: dict[str, list[dict[str, Any]]] = {}
+    if config.types and next(conversations(config), None) is None:
+        named = ", ".join(LOCOMO_CATEGORIES) if config.dataset == "locomo" else "the question types of the file"
+        raise ValueError(f"no question of type {', '.join(config.types)} in {config.data}: the types are {named}")
     settings = RunSettings.load(config)  # resolved once: every engine, the shared embedder and the judge read these
     shared: CachedEmbedder | None = None
     embedder: Any = None
