@@ -191,22 +191,6 @@ def run_shell(ex: Example, cwd: Path, env: dict[str, str], timeout: float = 280)
     of plain `cuemem` commands runs them in order in one process (one import of cuemem, as `bash -e` would stop
     at the first that fails): each command must leave nothing open that the next one would trip over."""
     failures = []
-    commands = cuemem_commands(ex.code) if ex.lang in ("bash", "sh") else None
-    if commands is not None:
-        scratch = Path(tempfile.mkdtemp(dir=cwd.parent))
-        (scratch / "argv.json").write_text(json.dumps(commands))
-        (scratch / "cli.py").write_text(CLI_DRIVER)
-        proc = subprocess.run(
-            [sys.executable, str(scratch / "cli.py"), str(scratch / "argv.json")],
-            cwd=cwd,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if proc.returncode != 0:
-            failures.append(f"{ex.where}: exited {proc.returncode}:\n{ex.code}\n{proc.stdout}{proc.stderr}")
-        return failures
     if ex.lang == "console":
         for command, shown in console_steps(ex.code):
             proc = subprocess.run(
@@ -223,14 +207,14 @@ def run_shell(ex: Example, cwd: Path, env: dict[str, str], timeout: float = 280)
             elif shown and not shown_matches(shown, proc.stdout):
                 failures.append(f"{ex.where}: `{command}` printed\n{proc.stdout}\nnot as shown:\n" + "\n".join(shown))
         return failures
-    proc = subprocess.run(
-        ["bash", "-e", "-o", "pipefail", "-c", ex.code],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    commands = cuemem_commands(ex.code)
+    argv = ["bash", "-e", "-o", "pipefail", "-c", ex.code]
+    if commands is not None:
+        scratch = Path(tempfile.mkdtemp(dir=cwd.parent))
+        (scratch / "argv.json").write_text(json.dumps(commands))
+        (scratch / "cli.py").write_text(CLI_DRIVER)
+        argv = [sys.executable, str(scratch / "cli.py"), str(scratch / "argv.json")]
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         failures.append(f"{ex.where}: exited {proc.returncode}:\n{ex.code}\n{proc.stdout}{proc.stderr}")
     return failures
