@@ -76,6 +76,35 @@ def turns_for(n: int) -> list[dict]:
     return out
 
 
+def prebuilt_store(db: Path, engine: str, size: int, cache: Path, queries: int) -> tuple[Any, list[str], str]:
+    """A store of `size` turns (turns_for) indexed by `engine` with MiniLM embeddings cached in `cache`, built once
+    at `db` (a `.built` file beside it names what it holds, so a rerun is a fresh process on the same store), and
+    `queries` questions sampled from the source with their vectors cached before any timing: (the cached embedder,
+    the questions, the source's name). A `db` holding another store is an error (SystemExit with its message)."""
+    from cuemem import Memory
+    from cuemem.embed import MiniLMEmbedder
+    from cuemem.embed.cached import CachedEmbedder
+
+    source = "LoCoMo" if dataset_file(LOCOMO).is_file() else "synthetic look-alike"
+    embedder = CachedEmbedder(MiniLMEmbedder(), cache)
+    built = db.with_suffix(".built")
+    stamp = f"{engine} {size} {source}\n"
+    if built.exists() and built.read_text() != stamp:
+        raise SystemExit(f"{db} holds another store ({built.read_text().strip()}): remove it or name another --db")
+    if not built.exists():
+        db.parent.mkdir(parents=True, exist_ok=True)
+        with Memory(db, engine=engine, embedder=embedder) as memory:
+            turns = turns_for(size)
+            for start in range(0, len(turns), 1024):
+                memory.add(turns[start : start + 1024], user_id="bench")
+        built.write_text(stamp)
+    _, questions = source_turns()
+    rng = random.Random(1)
+    sample = [rng.choice(questions) for _ in range(queries)]
+    embedder.embed_query(sample)
+    return embedder, sample, source
+
+
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 

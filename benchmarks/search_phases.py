@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import random
 import sys
 import time
 from collections import defaultdict
@@ -23,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from data_paths import LOCOMO, add_datasets_option, apply_datasets_option, dataset_file
-from perf import source_turns, turns_for
+from data_paths import add_datasets_option, apply_datasets_option
+from perf import prebuilt_store
 
 PHASES = {  # module: functions (a method as Class.name)
     "cuemem.engines.stitch.engine": [
@@ -76,31 +75,13 @@ def main() -> None:
     add_datasets_option(parser)
     args = parser.parse_args()
     apply_datasets_option(args)
-    source = "LoCoMo" if dataset_file(LOCOMO).is_file() else "synthetic look-alike"
+    embedder, sample, source = prebuilt_store(Path(args.db), "stitch", args.size, Path(args.cache), args.queries)
 
     from cuemem import Memory
-    from cuemem.embed import MiniLMEmbedder
-    from cuemem.embed.cached import CachedEmbedder
 
-    embedder = CachedEmbedder(MiniLMEmbedder(), Path(args.cache))
-    db, built = Path(args.db), Path(args.db).with_suffix(".built")
-    stamp = f"stitch {args.size} {source}\n"
-    if built.exists() and built.read_text() != stamp:
-        parser.error(f"{db} holds another store ({built.read_text().strip()}): remove it or name another --db")
-    if not built.exists():
-        db.parent.mkdir(parents=True, exist_ok=True)
-        with Memory(db, engine="stitch", embedder=embedder) as memory:
-            turns = turns_for(args.size)
-            for start in range(0, len(turns), 1024):
-                memory.add(turns[start : start + 1024], user_id="bench")
-        built.write_text(stamp)
-    _, questions = source_turns()
-    rng = random.Random(1)
-    sample = [rng.choice(questions) for _ in range(args.queries)]
-    embedder.embed_query(sample)  # every question's vector cached before the timing
     spent: dict[str, float] = defaultdict(float)
     timed(spent)
-    with Memory(db, engine="stitch", embedder=embedder) as memory:
+    with Memory(Path(args.db), engine="stitch", embedder=embedder) as memory:
         memory.search(sample[0], user_id="bench", k=10)
         spent.clear()
         whole = 0.0

@@ -147,8 +147,9 @@ class Settings:
     # The reader's check of its own answer: asked "is that answer stated in the excerpts?", it abstains when
     # log P(yes) - log P(no) is below this (None = no check, one model call less). Chosen on dev (BENCHMARKS.md).
     answer_verify: float | None = None
-    # The question's premise: a question about one speaker whose best hits were all said by another is answered
-    # "The memory does not say." without a model call (cuemem/answer.py, attributed_elsewhere; BENCHMARKS.md).
+    # The question's premise: a question naming one speaker whose subject, searched for without the name, is
+    # another speaker's turns is answered "The memory does not say." without a model call (one search more;
+    # cuemem/answer.py, attributed_elsewhere; BENCHMARKS.md).
     answer_premise: bool = True
     datasets: Path = Path("datasets")  # benchmark data (`cuemem bench`); relative to the working directory
     # The engines a `cuemem serve` request may name besides `engine`, comma-separated: "" = every registered engine

@@ -50,7 +50,7 @@ class PgScrub(SQLStore):
         freed disk blocks, old WAL segments, replicas or backups are wiped: that is the operator's (README)."""
         if self.read_only:
             return
-        held = self._vacuum_until_clean(self._ever_written(), self.timeout)
+        held = self._vacuum_until_clean(self._ever_written())
         if self._scrubber is not None:
             if held:
                 self._scrubber.schedule(held)  # still held at the deadline: the background scrub goes on trying
@@ -72,16 +72,17 @@ class PgScrub(SQLStore):
         )
         return [t for t in TEXT_TABLES if t not in PARTITIONED] + [str(name) for (name,) in written]
 
-    def _vacuum_until_clean(self, tables: Iterable[str], lock_timeout: float) -> set[str]:
-        """VACUUM FULL of `tables`, again for those whose new file still holds dead rows, until none does or the
-        store's timeout has passed; returns those still holding them. A transaction older than the delete keeps
+    def _vacuum_until_clean(self, tables: Iterable[str]) -> set[str]:
+        """VACUUM FULL of `tables` (each table lock waited for up to the store's timeout), again for those whose new
+        file still holds dead rows, until none does or the store's timeout has passed; returns those still holding
+        them. A transaction older than the delete keeps
         them: another session's read, a scrub running in the background, or PostgreSQL's own autovacuum ANALYZE,
         which holds a snapshot while it samples any table of the database. Once it ended, a rewrite drops them."""
         deadline = time.monotonic() + self.timeout
-        held = self._vacuum_full(tables, lock_timeout)
+        held = self._vacuum_full(tables, self.timeout)
         while held and time.monotonic() < deadline:
             time.sleep(0.05)
-            held = self._vacuum_full(held, lock_timeout)
+            held = self._vacuum_full(held, self.timeout)
         return held
 
     def _vacuum_full(self, tables: Iterable[str], lock_timeout: float) -> set[str]:
@@ -151,7 +152,7 @@ class PgScrub(SQLStore):
         of the table meanwhile) and a partial scrub is retried later, after a pause; a waited scrub (flush, on
         close) rewrites again at once until nothing is held or the store's timeout has passed."""
         if wait:
-            return self._vacuum_until_clean(tables, self.timeout)
+            return self._vacuum_until_clean(tables)
         return self._vacuum_full(tables, min(1.0, self.timeout))
 
 
