@@ -315,9 +315,31 @@ def render(index: int, kind: str, payload: Any) -> tuple[bytes, str | None, bool
     return payload, None, True
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(specs=st.lists(LINE, max_size=25), via_file=st.booleans(), separator=st.sampled_from([b"\n", b"\r\n"]))
+# The fuzzers run 100 examples on SQLite and 25 on PostgreSQL: the parsing and reporting are the same code for
+# both stores, what PostgreSQL adds is where the valid turns are stored.
+FUZZ = {"deadline": None, "suppress_health_check": [HealthCheck.function_scoped_fixture]}
+JSONL = {
+    "specs": st.lists(LINE, max_size=25),
+    "via_file": st.booleans(),
+    "separator": st.sampled_from([b"\n", b"\r\n"]),
+}
+
+
+@pytest.mark.sqlite_only("PostgreSQL runs the same fuzz with fewer examples: test_fuzz_jsonl_on_postgres")
+@settings(max_examples=100, **FUZZ)
+@given(**JSONL)
 def test_fuzz_jsonl(tmp_path, specs, via_file, separator):
+    check_jsonl(tmp_path, specs, via_file, separator)
+
+
+@pytest.mark.postgres_only("test_fuzz_jsonl's fuzz, 25 examples")
+@settings(max_examples=25, **FUZZ)
+@given(**JSONL)
+def test_fuzz_jsonl_on_postgres(tmp_path, specs, via_file, separator):
+    check_jsonl(tmp_path, specs, via_file, separator)
+
+
+def check_jsonl(tmp_path, specs, via_file, separator):
     rendered = [render(i, kind, payload) for i, (kind, payload) in enumerate(specs)]
     valid = [turn_id for _, turn_id, _ in rendered if turn_id]
     bad = [n for n, (_, _, reported) in enumerate(rendered, start=1) if reported]
@@ -361,9 +383,24 @@ SAMPLE = st.one_of(
 )
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(samples=st.lists(SAMPLE, min_size=1, max_size=3), indent=st.sampled_from([None, 2]))
+LOCOMO = {"samples": st.lists(SAMPLE, min_size=1, max_size=3), "indent": st.sampled_from([None, 2])}
+
+
+@pytest.mark.sqlite_only("PostgreSQL runs the same fuzz with fewer examples: test_fuzz_locomo_on_postgres")
+@settings(max_examples=100, **FUZZ)
+@given(**LOCOMO)
 def test_fuzz_locomo(tmp_path, samples, indent):
+    check_locomo(tmp_path, samples, indent)
+
+
+@pytest.mark.postgres_only("test_fuzz_locomo's fuzz, 25 examples")
+@settings(max_examples=25, **FUZZ)
+@given(**LOCOMO)
+def test_fuzz_locomo_on_postgres(tmp_path, samples, indent):
+    check_locomo(tmp_path, samples, indent)
+
+
+def check_locomo(tmp_path, samples, indent):
     data: list[Any] = []
     expected: dict[str, list[str]] = {}  # sample id -> valid turn ids
     positions: dict[str, list[str]] = {}  # sample id -> reported positions
