@@ -3,10 +3,12 @@
     python benchmarks/reader_dev.py --split dev --per-conversation 30 --out bench-out/reader-dev.json \\
         --embed-cache bench-out/locomo-embed.db q40:320 q4km:320:: v320:320::-1e9
 
-A variant is NAME:BUDGET[:MODEL[:QUANT[:VERIFY]]]: the evidence budget in tokens, a registry name or GGUF path
-(default: the default reader), llm_quant (default q4_0; "none" = the GGUF as fetched) and answer_verify (a
-threshold; -1e9 computes the check without ever abstaining, so its values can be studied). The retrievals are
-kept beside --out (.retr.pkl), so later variants read the same rankings; variants already in --out are skipped.
+A variant is NAME:BUDGET[:MODEL[:QUANT[:VERIFY[:ORDER]]]]: the evidence budget in tokens, a registry name or GGUF
+path (default: the default reader), llm_quant (default q4_0; "none" = the GGUF as fetched), answer_verify (a
+threshold; -1e9 computes the check without ever abstaining, so its values can be studied) and the order the reader
+sees the excerpts in ("date", the answer path's, or "rank": the search's order, an experiment that is no setting).
+The retrievals are kept beside --out (.retr.pkl), so later variants read the same rankings; variants already in
+--out are skipped.
 Reported per variant: LoCoMo F1 over categories 1-4 and per category, abstention on answerable and category-5
 questions, how often a gold evidence turn was shown, evidence tokens, and latency p50 / p95 (search + read).
 """
@@ -19,10 +21,13 @@ import json
 import pickle
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
-from cuemem import Memory
+from cuemem import Memory, answer
 from cuemem.answer import abstains
 from cuemem.bench.datasets import load_locomo, split_of
 from cuemem.bench.metrics import locomo_f1
@@ -54,8 +59,23 @@ def retrieve(args: argparse.Namespace, settings: Settings, db: Path) -> list[tup
     return found
 
 
+@contextmanager
+def in_rank_order() -> Iterator[None]:
+    """The answer path's smallest evidence, shown in the search's rank order instead of date order."""
+    chosen_by_date = answer.evidence
+
+    def by_rank(hits: Any, *args: Any, **kwargs: Any) -> list[tuple[Any, str]]:
+        rank = {id(hit): r for r, hit in enumerate(hits)}
+        return sorted(chosen_by_date(hits, *args, **kwargs), key=lambda shown: rank[id(shown[0])])
+
+    with mock.patch.object(answer, "evidence", by_rank):
+        yield
+
+
 def variant(spec: str, settings: Settings, db: Path, found: list[tuple[Any, Any, float]]) -> dict[str, Any]:
-    _name, budget, model, quant, verify = ([*spec.split(":"), "", "", ""])[:5]
+    _name, budget, model, quant, verify, order = ([*spec.split(":"), "", "", "", ""])[:6]
+    if order not in ("", "date", "rank"):
+        raise SystemExit(f"variant {spec!r}: the order is date or rank, not {order!r}")
     chosen = dataclasses.replace(
         settings,
         db=str(db),
@@ -65,7 +85,7 @@ def variant(spec: str, settings: Settings, db: Path, found: list[tuple[Any, Any,
         answer_verify=float(verify) if verify else None,
     )
     records = []
-    with Memory(settings=chosen) as memory:
+    with Memory(settings=chosen) as memory, in_rank_order() if order == "rank" else nullcontext():
         for q, hits, search_s in found:
             start = time.perf_counter()
             a = memory.read(q.text, hits, budget_tokens=int(budget), now=q.date, abstain=PHRASE)

@@ -70,6 +70,7 @@ STATE_OF_HYBRID = frozenset({"bm25", "dense", "fullcontext"})
 # namespaces): an ablation writes through its design's code with one part off, so its design runs these for it.
 # The suites about deletes (forgetting, the delete cascade) run every ablation: each stores its own derived state.
 STRESS_SUITES = frozenset({"test_crash", "test_isolation", "test_concurrency"})
+ON_POSTGRES = [e for e in ENGINES if not is_ablation(e) and e not in STATE_OF_HYBRID]  # the engines PostgreSQL runs
 
 
 def rotated_in(engine: Any, params: dict[str, Any], name: str, values: Sequence[Any]) -> bool:
@@ -79,8 +80,7 @@ def rotated_in(engine: Any, params: dict[str, Any], name: str, values: Sequence[
     value = params.get(name)
     if value not in values or values.index(value) == 0:
         return True
-    kept = [e for e in ENGINES if not is_ablation(e) and e not in STATE_OF_HYBRID]  # the engines PostgreSQL runs
-    rank = kept.index(engine) if engine in kept else 0
+    rank = ON_POSTGRES.index(engine) if engine in ON_POSTGRES else 0
     return values.index(value) == 1 + rank % (len(values) - 1)
 
 
@@ -120,10 +120,11 @@ def runs(item: pytest.Item) -> bool:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Leave out the engine tests that `runs` says the suite does not run."""
-    dropped = [item for item in items if not runs(item)]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if runs(item)]
+    kept = [item for item in items if runs(item)]
+    if len(kept) < len(items):
+        chosen = set(map(id, kept))
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in chosen])
+        items[:] = kept
 
 
 @pytest.hookimpl(tryfirst=True)
