@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 
 from .index.dates import format_day
-from .index.names import PersonIndex, is_generic_label
+from .index.names import is_generic_label, named_speaker
 from .llm import LLMClient, LLMError
 from .types import Answer, Hit, Retrieval
 
@@ -27,7 +27,6 @@ EVIDENCE_TOKENS = 320  # settings.answer_budget: tokens of excerpts the reader s
 EVIDENCE_TURNS = 6  # at most this many excerpts, however short
 PREMISE_DEPTH = 2  # attributed_elsewhere: how many best statements must all be another speaker's (LoCoMo dev)
 PREMISE_READ = 3  # ... among this many best hits of the search without the name (LoCoMo dev, BENCHMARKS.md)
-PREMISE_MATCH = 0.95  # how sure the match of a name in the question to a speaker must be (a first name: 0.95)
 GOAL_WORDS = 5  # a goal in focus longer than this (a quoted turn) is not shown as "re: ..."
 _RESOLVED = re.compile(r"\[([^\[\]]+ = [^\[\]]+)\]\s*$")
 Search = Callable[[str], Sequence[Hit]]  # a text searched for in the question's namespace, best hit first
@@ -324,16 +323,8 @@ def _said(hit: Hit) -> str:
 
 def asked_speaker(question: str, hits: Sequence[Hit]) -> tuple[str, set[str]] | None:
     """The one speaker of the hits that `question` names (with the forms it goes by), where it names exactly one
-    and the hits show at least two speakers with names (generic labels such as "user" are no one's name)."""
-    said_by = [h.detail.get("speaker") for h in hits]
-    speakers = list(dict.fromkeys(s for s in said_by if isinstance(s, str) and s and not is_generic_label(s)))
-    if len(speakers) < 2:
-        return None
-    people = PersonIndex.build(speakers)
-    named = [p for p, score in people.match_query(question).items() if score >= PREMISE_MATCH]
-    if len(named) != 1:
-        return None
-    return named[0], {named[0], *people.aliases(named[0])}
+    and the hits show at least two speakers with names (`index.names.named_speaker`)."""
+    return named_speaker(question, (h.detail.get("speaker") for h in hits))
 
 
 def without_person(question: str, forms: Iterable[str]) -> str:

@@ -10,6 +10,7 @@ import pytest
 from cuemem.engines.structure import context_block, hit_text, turn_fields
 from cuemem.index.bm25 import BM25Index
 from cuemem.index.budget import SESSION_HEADER_TOKENS, pack, packed_tokens
+from cuemem.index.names import named_speaker
 from cuemem.llm import LLMClient, LLMUnavailableError
 from cuemem.llm.base import ChatResult, Choice, Usage
 from cuemem.types import Hit, Turn
@@ -53,6 +54,37 @@ def test_a_nickname_or_first_name_in_the_query_boosts_that_persons_turns(make_me
     top = boosted.search(query, user_id="u", k=3).hits
     assert top[0].turn_ids == ["m2"] and top[0].detail["structure"]["people"] == ["Melanie"]
     assert {h.turn_ids[0] for h in plain.search(query, user_id="u", k=3).hits} >= {"m2"}
+
+
+def test_named_speaker_is_the_one_speaker_a_question_names():
+    speakers = ["Melanie", "Caroline", "Melanie"]
+    assert named_speaker("What has Mel painted?", speakers) == ("Melanie", {"Melanie"})  # a nickname
+    assert named_speaker("What has Melanie painted?", speakers) == ("Melanie", {"Melanie"})
+    assert named_speaker("Did Melanie paint what Caroline painted?", speakers) is None  # two: no one in particular
+    assert named_speaker("What did they paint?", speakers) is None
+    assert named_speaker("What did the user paint?", ["user", "assistant"]) is None  # generic labels name no one
+    assert named_speaker("What did Melanie paint?", ["Melanie"]) is None  # one speaker: nothing to tell apart
+
+
+PAINTED = [
+    {"id": "m", "speaker": "Melanie", "text": "I painted the boat."},
+    {"id": "c", "speaker": "Caroline", "text": "Melanie, we painted and painted the fence, it is painted now."},
+    {"id": "x", "speaker": "Caroline", "text": "The weather was lovely by the lake."},
+]
+
+
+def test_said_boost_ranks_first_the_turns_of_the_speaker_a_question_names(make_memory):
+    plain = make_memory("hybrid", name="plain.db", said_boost=0.0)
+    boosted = make_memory("hybrid", name="boosted.db")  # the default, 0.2
+    for memory in (plain, boosted):
+        memory.add(PAINTED, user_id="u")
+    query = "What has Melanie painted?"
+    assert [h.turn_ids[0] for h in plain.search(query, user_id="u", k=2).hits] == ["c", "m"]  # Caroline's words
+    assert [h.turn_ids[0] for h in boosted.search(query, user_id="u", k=2).hits] == ["m", "c"]  # Melanie said it
+    for other in ("Did Melanie paint what Caroline painted?", "What was painted?"):  # two speakers named, or none
+        assert [h.turn_ids for h in boosted.search(other, user_id="u", k=3).hits] == [
+            h.turn_ids for h in plain.search(other, user_id="u", k=3).hits
+        ]
 
 
 def test_a_date_window_in_the_query_boosts_the_turns_of_that_period(make_memory):
@@ -174,8 +206,9 @@ HOPS = [
 
 def test_pseudo_relevance_feedback_reaches_the_second_hop(make_memory):
     query = "Which city does Caroline's sister live in?"
-    plain = make_memory("hybrid", name="plain.db")
-    expanded = make_memory("hybrid", name="expanded.db", expand_weight=3.0, expand_depth=1)
+    # feedback alone: the said boost would lift Caroline's turns, and the answer is Melanie's
+    plain = make_memory("hybrid", name="plain.db", said_boost=0.0)
+    expanded = make_memory("hybrid", name="expanded.db", expand_weight=3.0, expand_depth=1, said_boost=0.0)
     for memory in (plain, expanded):
         memory.add(HOPS, user_id="u")
     assert plain.search(query, user_id="u", k=1).turn_ids == ["h1"]  # the first hop: the sister is Emma

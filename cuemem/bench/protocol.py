@@ -69,6 +69,7 @@ RESULT_SETTINGS = (
     "max_turn_bytes",
     "speaker_boost",
     "date_boost",
+    "said_boost",
     "expand_weight",
     "expand_depth",
     "rerank",

@@ -46,7 +46,7 @@ def refine(
     detail: dict[str, Any] = {"structure": asked.describe()}
     if settings.expand_weight > 0 and ranked:
         ranked, detail["expansion"] = expand(ctx, query, query_vector, ranked, rank)
-    ranked = structural_boost(table, ranked, asked, settings.speaker_boost, settings.date_boost)
+    ranked = structural_boost(table, ranked, asked, settings.speaker_boost, settings.date_boost, settings.said_boost)
     ranked, revisions = current_first(ctx, space, table, query, ranked, said)
     if revisions:
         detail["revisions"] = revisions

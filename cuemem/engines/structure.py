@@ -22,7 +22,7 @@ from typing import Any
 
 from ..index.budget import session_key
 from ..index.dates import DateSpan, format_day, parse_timestamp, query_window, resolve_relative
-from ..index.names import PersonIndex, candidate_names, normalise_name
+from ..index.names import PersonIndex, candidate_names, named_speaker, normalise_name
 from ..types import Hit, Turn
 
 FORM = 2  # items written with structure; older items (text "[date] speaker: words") are shown as stored
@@ -93,6 +93,7 @@ class TurnTable:
     unparsed: int  # items whose timestamp did not parse
     speakers: list[str] = field(default_factory=list)  # in order of first appearance
     mentioned: Counter[str] = field(default_factory=Counter)  # names the items mention, with their counts
+    said_by: dict[str, frozenset[int]] = field(default_factory=dict)  # a speaker -> the items they said
 
     # The metadata a table is built from (Store.space_metas reads only these).
     KEYS = ("speaker", "people", "date", "dates", "timestamp", "form")
@@ -115,10 +116,12 @@ class TurnTable:
         common = {name for name, _ in mentioned.most_common(MAX_CLUSTERED)}
         people = PersonIndex.build([s for s in speakers if s], [n for n in mentioned.elements() if n in common])
         by_form: dict[str, set[int]] = {}
+        said_by: dict[str, set[int]] = {}
         forms: dict[str, str] = {}  # this call's: the same few speakers and names recur on every turn
         spans, unparsed = list(self.spans), self.unparsed
         for pos, i in enumerate(ids, start=len(self.ids)):
             meta = metas[i]
+            said_by.setdefault(str(meta.get("speaker") or ""), set()).add(pos)
             for name in [str(meta.get("speaker") or ""), *(meta.get("people") or [])]:
                 form = forms.get(name)
                 if form is None:
@@ -137,9 +140,12 @@ class TurnTable:
         frozen = dict(self.by_form)
         for form, items in by_form.items():
             frozen[form] = frozen.get(form, frozenset()) | items
+        said = dict(self.said_by)
+        for speaker, items in said_by.items():
+            said[speaker] = said.get(speaker, frozenset()) | items
         position = dict(self.position)
         position.update((item, n) for n, item in enumerate(ids, start=len(self.ids)))
-        return TurnTable([*self.ids, *ids], position, people, frozen, spans, unparsed, speakers, mentioned)
+        return TurnTable([*self.ids, *ids], position, people, frozen, spans, unparsed, speakers, mentioned, said)
 
     def about(self, people: dict[str, float], query: str) -> frozenset[int]:
         """The items said by or naming the people a question refers to: every form of each matched person (its
@@ -161,12 +167,15 @@ class QueryStructure:
     people: dict[str, float]
     window: DateSpan | None
     about: frozenset[int]  # positions in the TurnTable of the items by or about those people
+    said: frozenset[int] = frozenset()  # positions of the items said by the one speaker the question names
 
     @classmethod
     def read(cls, query: str, table: TurnTable, now: str | None = None) -> QueryStructure:
         reference = parse_timestamp(now) if now else None
         people = table.people.match_query(query)
-        return cls(people, query_window(query, reference), table.about(people, query))
+        named = named_speaker(query, table.speakers)
+        said = frozenset().union(*(table.said_by.get(form, frozenset()) for form in named[1])) if named else frozenset()
+        return cls(people, query_window(query, reference), table.about(people, query), said)
 
     def describe(self) -> dict[str, Any]:
         window = None if self.window is None else self.window.label()
@@ -179,22 +188,30 @@ def structural_boost(
     asked: QueryStructure,
     speaker_boost: float,
     date_boost: float,
+    said_boost: float = 0.0,
 ) -> list[tuple[int, float]]:
     """Re-rank (item id, score) pairs: an item about a person the question names gains `speaker_boost` of its
-    score, one dated inside the question's window `date_boost`; the others keep theirs. Best first."""
+    score, one dated inside the question's window `date_boost`, and one said by the one speaker the question names
+    `said_boost` of the best score (a share of the best, so that the gain is the same on any engine's scale); the
+    others keep theirs. Best first."""
     window = asked.window
-    if (not asked.about or speaker_boost == 0) and (window is None or date_boost == 0):
+    boosts_people = asked.about and speaker_boost > 0
+    boosts_said = asked.said and said_boost > 0
+    if not boosts_people and not boosts_said and (window is None or date_boost == 0):
         return sorted(scored, key=lambda x: -x[1])
+    best = max((abs(score) for _, score in scored), default=0.0)
     out = []
     for item, score in scored:
         pos = table.position.get(item)
-        gain = 0.0
+        gain = bonus = 0.0
         if pos is not None:
             if pos in asked.about:
                 gain += speaker_boost
             if window is not None and any(s <= window.end and e >= window.start for s, e in table.spans[pos]):
                 gain += date_boost
-        out.append((item, score * (1.0 + gain)))
+            if pos in asked.said:
+                bonus = said_boost * best
+        out.append((item, score * (1.0 + gain) + bonus))
     return sorted(out, key=lambda x: -x[1])
 
 

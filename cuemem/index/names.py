@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from .names_tables import (
     DISTINCT_NAMES,
@@ -44,6 +45,7 @@ __all__ = [
     "candidate_names",
     "is_generic_label",
     "name_similarity",
+    "named_speaker",
     "nickname_group",
     "normalise_name",
 ]
@@ -453,3 +455,19 @@ class PersonIndex:
                     scores[p.name] = 1.0
                     exact.add(p.name)
         return dict(sorted(scores.items(), key=lambda kv: (-kv[1], kv[0] not in exact)))
+
+
+SPEAKER_MATCH = 0.95  # how sure the match of a name in a question to a speaker must be (a first name: 0.95)
+
+
+def named_speaker(question: str, speakers: Iterable[Any]) -> tuple[str, set[str]] | None:
+    """The one speaker of a conversation that `question` names, with the forms it goes by ("Melanie", "Mel"), where
+    it names exactly one and at least two speakers have names (generic labels such as "user" are no one's name)."""
+    named_ones = list(dict.fromkeys(s for s in speakers if isinstance(s, str) and s and not is_generic_label(s)))
+    if len(named_ones) < 2:
+        return None
+    people = PersonIndex.build(named_ones)
+    named = [p for p, score in people.match_query(question).items() if score >= SPEAKER_MATCH]
+    if len(named) != 1:
+        return None
+    return named[0], {named[0], *people.aliases(named[0])}
