@@ -32,7 +32,13 @@ for _var in [v for v in os.environ if v.startswith("CUEMEM_")]:
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
 if _WORKERS > 1:
     _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "CUEMEM_LLM_THREADS"):
+    for _var in (
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "CUEMEM_LLM_THREADS",
+        "CUEMEM_ONNX_THREADS",
+    ):
         os.environ.setdefault(_var, str(max(1, _CORES // _WORKERS)))
 
 from fakes import fake_llm  # noqa: E402

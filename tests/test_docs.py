@@ -95,8 +95,11 @@ def env_for(tmp: Path, *, models: bool = False) -> dict[str, str]:
     """The examples' environment: this checkout's code, the venv's `cuemem` first on PATH, the user's data, config
     and call cache in `tmp`; the `hashing` embedder unless the real models are wanted."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUEMEM_")}
-    if models and "CUEMEM_MODEL_CACHE" in os.environ:
-        env["CUEMEM_MODEL_CACHE"] = os.environ["CUEMEM_MODEL_CACHE"]
+    # the model cache, and this worker's share of the cores (conftest): llama.cpp's and ONNX Runtime's threads spin,
+    # and a pool larger than the cores left to it runs several times slower beside the other workers
+    for name in ("CUEMEM_MODEL_CACHE", "CUEMEM_LLM_THREADS", "CUEMEM_ONNX_THREADS") if models else ():
+        if name in os.environ:
+            env[name] = os.environ[name]
     env.update(
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         PATH=os.pathsep.join([str(BIN), os.environ.get("PATH", "")]),
