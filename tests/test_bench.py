@@ -138,7 +138,8 @@ def test_unknown_dataset_is_a_clear_error(tmp_path):
 def test_answer_metrics_with_the_local_model(tmp_path):
     data = locomo_fixture(tmp_path / "l.json")
     settings = {"embedder": "hashing", "llm_model": "smollm2-135m", "llm_cache": str(tmp_path / "calls.db")}
-    judge = {"llm": "local", "llm_model": "smollm2-135m", "llm_cache": str(tmp_path / "judge.db")}  # it judges too
+    # it judges too, on the default runtime (llama.cpp): the torch runtime's constrained choice is test_llm_local's
+    judge = {"llm": "llamacpp", "llm_model": "smollm2-135m", "llm_cache": str(tmp_path / "judge.db")}
     config = BenchConfig(
         "locomo", data, tmp_path / "out", ["bm25"], limit=1, answer=True, judge=judge, settings=settings
     )

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..index.budget import session_key
 from ..index.dates import DateSpan, format_day, parse_timestamp, query_window, resolve_relative
-from ..index.names import PersonIndex, candidate_names, named_speaker, normalise_name
+from ..index.names import PersonIndex, candidate_names, named_speaker, normalise_name, speaker_index
 from ..types import Hit, Turn
 
 FORM = 2  # items written with structure; older items (text "[date] speaker: words") are shown as stored
@@ -94,6 +94,7 @@ class TurnTable:
     speakers: list[str] = field(default_factory=list)  # in order of first appearance
     mentioned: Counter[str] = field(default_factory=Counter)  # names the items mention, with their counts
     said_by: dict[str, frozenset[int]] = field(default_factory=dict)  # a speaker -> the items they said
+    _speakers: PersonIndex | None = field(default=None, repr=False, compare=False)  # built on the first question
 
     # The metadata a table is built from (Store.space_metas reads only these).
     KEYS = ("speaker", "people", "date", "dates", "timestamp", "form")
@@ -147,6 +148,16 @@ class TurnTable:
         position.update((item, n) for n, item in enumerate(ids, start=len(self.ids)))
         return TurnTable([*self.ids, *ids], position, people, frozen, spans, unparsed, speakers, mentioned, said)
 
+    def said_by_named(self, query: str) -> frozenset[int]:
+        """The items said by the one speaker `query` names (`index.names.named_speaker`); empty where it names none
+        or two, or the speakers are generic labels."""
+        if self._speakers is None:
+            self._speakers = speaker_index(self.speakers) or PersonIndex()
+        named = named_speaker(query, self.speakers, self._speakers) if self._speakers.persons else None
+        if named is None:
+            return frozenset()
+        return frozenset().union(*(self.said_by.get(form, frozenset()) for form in named[1]))
+
     def about(self, people: dict[str, float], query: str) -> frozenset[int]:
         """The items said by or naming the people a question refers to: every form of each matched person (its
         aliases, nicknames included), and any other name of the question by its own form."""
@@ -173,9 +184,7 @@ class QueryStructure:
     def read(cls, query: str, table: TurnTable, now: str | None = None) -> QueryStructure:
         reference = parse_timestamp(now) if now else None
         people = table.people.match_query(query)
-        named = named_speaker(query, table.speakers)
-        said = frozenset().union(*(table.said_by.get(form, frozenset()) for form in named[1])) if named else frozenset()
-        return cls(people, query_window(query, reference), table.about(people, query), said)
+        return cls(people, query_window(query, reference), table.about(people, query), table.said_by_named(query))
 
     def describe(self) -> dict[str, Any]:
         window = None if self.window is None else self.window.label()

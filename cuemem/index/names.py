@@ -48,6 +48,7 @@ __all__ = [
     "named_speaker",
     "nickname_group",
     "normalise_name",
+    "speaker_index",
 ]
 
 DEFAULT_THRESHOLD = 0.85
@@ -460,13 +461,22 @@ class PersonIndex:
 SPEAKER_MATCH = 0.95  # how sure the match of a name in a question to a speaker must be (a first name: 0.95)
 
 
-def named_speaker(question: str, speakers: Iterable[Any]) -> tuple[str, set[str]] | None:
+def speaker_index(speakers: Iterable[Any]) -> PersonIndex | None:
+    """The people among a conversation's speakers that have names (generic labels such as "user" are no one's
+    name), clustered as `PersonIndex` does; None where fewer than two have one (nothing to tell apart)."""
+    named = list(dict.fromkeys(s for s in speakers if isinstance(s, str) and s and not is_generic_label(s)))
+    return PersonIndex.build(named) if len(named) >= 2 else None
+
+
+def named_speaker(
+    question: str, speakers: Iterable[Any], index: PersonIndex | None = None
+) -> tuple[str, set[str]] | None:
     """The one speaker of a conversation that `question` names, with the forms it goes by ("Melanie", "Mel"), where
-    it names exactly one and at least two speakers have names (generic labels such as "user" are no one's name)."""
-    named_ones = list(dict.fromkeys(s for s in speakers if isinstance(s, str) and s and not is_generic_label(s)))
-    if len(named_ones) < 2:
+    it names exactly one and at least two speakers have names. `index`, where given, is `speaker_index(speakers)`
+    built once by the caller (pairwise: a namespace of hundreds of speakers should not build it per question)."""
+    people = index if index is not None else speaker_index(speakers)
+    if people is None:
         return None
-    people = PersonIndex.build(named_ones)
     named = [p for p, score in people.match_query(question).items() if score >= SPEAKER_MATCH]
     if len(named) != 1:
         return None
