@@ -11,7 +11,7 @@ HEADLINE = "retrieval-locomo-test"  # the result file README.md's engine table q
 ENGINE_LINES = {
     "bm25": "BM25 over each turn's words (speaker and date are fields, not words)",
     "dense": "cosine similarity of sentence embeddings (EmbeddingGemma by default)",
-    "hybrid": "reciprocal-rank fusion of `bm25` and `dense`, plus a date-window boost",
+    "hybrid": "reciprocal-rank fusion of `bm25` and `dense`, plus date-window and named-speaker boosts",
     "fullcontext": "the most recent turns that fit the budget, in log order (no ranking)",
     "stitch": "contextual intent (STITCH): the goal in focus carried forward, event and entity types (the default)",
     "scg": "a concept schema and an associative graph searched by spreading activation (SCG-MEM)",
