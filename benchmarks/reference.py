@@ -199,30 +199,36 @@ def suite(
     note: str = "",
     workers: int | None = None,
 ) -> Path:
-    """Write results_dir/name.json, a test-suite timing, from pytest's summary line and the wall time in all."""
+    """Write results_dir/name.json, a test-suite timing, from pytest's summary line and the wall time in all. An
+    existing file keeps its earlier runs (the history of what made the suite slower or faster): the new one is
+    added as the next run and becomes the headline."""
     figures = parse_pytest_summary(summary)
-    data = {
-        "format": FORMAT,
-        "name": name,
-        "kind": "suite",
-        "title": f"The test suite, {label}",
-        "section": "suite",
-        "label": label,
-        "note": "",
-        "runs": {
-            "r1": {
-                "date": date or dt.datetime.now(dt.UTC).date().isoformat(),
-                "machine": machine_text or machine(),
-                "command": command,
-                "commit": commit if commit is not None else git_commit(),
-                "source": "measured; pytest's summary line: " + summary.strip(),
-                "note": note,
-            }
-        },
-        "suite": {**figures, "total_seconds": total_seconds, "workers": workers, "run": "r1"},
-    }
-    results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / f"{name}.json"
+    data = (
+        json.loads(path.read_text(encoding="utf-8"))
+        if path.exists()
+        else {
+            "format": FORMAT,
+            "name": name,
+            "kind": "suite",
+            "title": f"The test suite, {label}",
+            "section": "suite",
+            "label": label,
+            "note": "",
+            "runs": {},
+        }
+    )
+    run_id = f"r{len(data['runs']) + 1}"
+    data["runs"][run_id] = {
+        "date": date or dt.datetime.now(dt.UTC).date().isoformat(),
+        "machine": machine_text or machine(),
+        "command": command,
+        "commit": commit if commit is not None else git_commit(),
+        "source": "measured; pytest's summary line: " + summary.strip(),
+        "note": note,
+    }
+    data["suite"] = {**figures, "total_seconds": total_seconds, "workers": workers, "run": run_id}
+    results_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(dump(data), encoding="utf-8")
     return path
 

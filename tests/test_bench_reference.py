@@ -175,6 +175,9 @@ def test_suite_result_from_pytest_summary(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     assert data["suite"]["pytest_seconds"] == 420.0 and data["runs"]["r1"]["command"] == "make test"
     assert "| **after** |" in render([data]) and "7 min" in render([data])
+    again = reference.suite("suite-after", "1701 passed in 400.0s", "make test", results_dir=tmp_path)
+    data = json.loads(again.read_text())  # a later timing is added: the earlier run is kept, the new one leads
+    assert list(data["runs"]) == ["r1", "r2"] and data["suite"]["run"] == "r2" and data["suite"]["passed"] == 1701
 
 
 @pytest.mark.parametrize("around", [("intro\n", "\nrest\n"), ("", "")])
