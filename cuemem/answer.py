@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 
 from .index.dates import format_day
-from .index.names import is_generic_label, named_speaker
+from .index.names import is_generic_label, named_speaker, speaker_index
 from .llm import LLMClient, LLMError
 from .types import Answer, Hit, Retrieval
 
@@ -324,7 +324,7 @@ def _said(hit: Hit) -> str:
 def asked_speaker(question: str, hits: Sequence[Hit]) -> tuple[str, set[str]] | None:
     """The one speaker of the hits that `question` names (with the forms it goes by), where it names exactly one
     and the hits show at least two speakers with names (`index.names.named_speaker`)."""
-    return named_speaker(question, (h.detail.get("speaker") for h in hits))
+    return named_speaker(question, speaker_index(h.detail.get("speaker") for h in hits))
 
 
 def without_person(question: str, forms: Iterable[str]) -> str:

@@ -10,7 +10,7 @@ import pytest
 from cuemem.engines.structure import context_block, hit_text, turn_fields
 from cuemem.index.bm25 import BM25Index
 from cuemem.index.budget import SESSION_HEADER_TOKENS, pack, packed_tokens
-from cuemem.index.names import named_speaker
+from cuemem.index.names import named_speaker, speaker_index
 from cuemem.llm import LLMClient, LLMUnavailableError
 from cuemem.llm.base import ChatResult, Choice, Usage
 from cuemem.types import Hit, Turn
@@ -57,13 +57,14 @@ def test_a_nickname_or_first_name_in_the_query_boosts_that_persons_turns(make_me
 
 
 def test_named_speaker_is_the_one_speaker_a_question_names():
-    speakers = ["Melanie", "Caroline", "Melanie"]
+    speakers = speaker_index(["Melanie", "Caroline", "Melanie"])
     assert named_speaker("What has Mel painted?", speakers) == ("Melanie", {"Melanie"})  # a nickname
     assert named_speaker("What has Melanie painted?", speakers) == ("Melanie", {"Melanie"})
     assert named_speaker("Did Melanie paint what Caroline painted?", speakers) is None  # two: no one in particular
     assert named_speaker("What did they paint?", speakers) is None
-    assert named_speaker("What did the user paint?", ["user", "assistant"]) is None  # generic labels name no one
-    assert named_speaker("What did Melanie paint?", ["Melanie"]) is None  # one speaker: nothing to tell apart
+    assert speaker_index(["user", "assistant"]) is None  # generic labels name no one
+    assert speaker_index(["Melanie"]) is None  # one speaker: nothing to tell apart
+    assert named_speaker("What did Melanie paint?", None) is None
 
 
 PAINTED = [

@@ -9,7 +9,8 @@ date in their metadata, and the packer prints one date header per session block 
 
 Query side (`QueryStructure`, `structural_boost`): a question that names a person boosts the turns that person
 said or that mention them (nicknames, spelling variants and first names matched by `index/names.py`); a question
-with a date or period ("in May 2023", "last week" against the question's date) boosts the turns of that window.
+that names one of the speakers boosts the turns that speaker said (`said_boost`); a question with a date or period
+("in May 2023", "last week" against the question's date) boosts the turns of that window.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from functools import cached_property
 from typing import Any
 
 from ..index.budget import session_key
@@ -94,7 +96,6 @@ class TurnTable:
     speakers: list[str] = field(default_factory=list)  # in order of first appearance
     mentioned: Counter[str] = field(default_factory=Counter)  # names the items mention, with their counts
     said_by: dict[str, frozenset[int]] = field(default_factory=dict)  # a speaker -> the items they said
-    _speakers: PersonIndex | None = field(default=None, repr=False, compare=False)  # built on the first question
 
     # The metadata a table is built from (Store.space_metas reads only these).
     KEYS = ("speaker", "people", "date", "dates", "timestamp", "form")
@@ -148,12 +149,16 @@ class TurnTable:
         position.update((item, n) for n, item in enumerate(ids, start=len(self.ids)))
         return TurnTable([*self.ids, *ids], position, people, frozen, spans, unparsed, speakers, mentioned, said)
 
+    @cached_property
+    def speaker_people(self) -> PersonIndex | None:
+        """The speakers with names, clustered (`index.names.speaker_index`): built on the table's first question,
+        not on every one (pairwise over the speakers)."""
+        return speaker_index(self.speakers)
+
     def said_by_named(self, query: str) -> frozenset[int]:
         """The items said by the one speaker `query` names (`index.names.named_speaker`); empty where it names none
         or two, or the speakers are generic labels."""
-        if self._speakers is None:
-            self._speakers = speaker_index(self.speakers) or PersonIndex()
-        named = named_speaker(query, self.speakers, self._speakers) if self._speakers.persons else None
+        named = named_speaker(query, self.speaker_people)
         if named is None:
             return frozenset()
         return frozenset().union(*(self.said_by.get(form, frozenset()) for form in named[1]))

@@ -468,13 +468,10 @@ def speaker_index(speakers: Iterable[Any]) -> PersonIndex | None:
     return PersonIndex.build(named) if len(named) >= 2 else None
 
 
-def named_speaker(
-    question: str, speakers: Iterable[Any], index: PersonIndex | None = None
-) -> tuple[str, set[str]] | None:
-    """The one speaker of a conversation that `question` names, with the forms it goes by ("Melanie", "Mel"), where
-    it names exactly one and at least two speakers have names. `index`, where given, is `speaker_index(speakers)`
-    built once by the caller (pairwise: a namespace of hundreds of speakers should not build it per question)."""
-    people = index if index is not None else speaker_index(speakers)
+def named_speaker(question: str, people: PersonIndex | None) -> tuple[str, set[str]] | None:
+    """The one speaker that `question` names, with the forms it goes by ("Melanie", "Mel"), among `people`, a
+    `speaker_index` of a conversation's speakers (None: fewer than two have names); None where it names none or
+    several."""
     if people is None:
         return None
     named = [p for p, score in people.match_query(question).items() if score >= SPEAKER_MATCH]
