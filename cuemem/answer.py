@@ -6,8 +6,9 @@ and the named goal before look-alikes); each excerpt shows its turn id, its date
 turn leaves it implicit ("re: Lisbon trip"), every relative date resolved to an absolute one by code
 ("yesterday = 7 May 2023"), and, for a value replaced later, which turn replaced it.
 
-The model answers from those excerpts, then *chooses* the supporting ids under constraint among the ids it was
-shown, so a citation can never name a turn it did not see. When the excerpts do not hold the answer it replies
+The model answers from those excerpts; its reply is cut to what it adds to the question (`concise`: "Lena is
+allergic to shellfish." → "shellfish"), then the model *chooses* the supporting ids under constraint among the ids it
+was shown, so a citation can never name a turn it did not see. When the excerpts do not hold the answer it replies
 "The memory does not say." `read_stream` gives the answer's text as it is decoded, then the whole `Answer`.
 """
 
@@ -27,6 +28,7 @@ EVIDENCE_TOKENS = 320  # settings.answer_budget: tokens of excerpts the reader s
 EVIDENCE_TURNS = 6  # at most this many excerpts, however short
 PREMISE_DEPTH = 2  # attributed_elsewhere: how many best statements must all be another speaker's (LoCoMo dev)
 PREMISE_READ = 3  # ... among this many best hits of the search without the name (LoCoMo dev, BENCHMARKS.md)
+CONCISE_WORDS = 4  # concise: an answer of fewer words is left whole
 GOAL_WORDS = 5  # a goal in focus longer than this (a quoted turn) is not shown as "re: ..."
 _RESOLVED = re.compile(r"\[([^\[\]]+ = [^\[\]]+)\]\s*$")
 Search = Callable[[str], Sequence[Hit]]  # a text searched for in the question's namespace, best hit first
@@ -107,6 +109,71 @@ def first_answer(text: str) -> str:
             break
         items.append(item.rstrip(".;,"))
     return ", ".join(items) or lines[0]
+
+
+_FUNCTION_WORDS = frozenset(
+    re.findall(
+        r"\w+",
+        "a an the is was are were be been being to of in on at for with and or but her his their its my your our"
+        " they he she it i you we that this these those do does did has have had by from as about into",
+    )
+)
+_YES_NO = frozenset(re.findall(r"\w+", "am is are was were do does did has have had can could will would shall should"))
+_ECHO = re.compile(  # an excerpt's header, echoed: "[D5:3] 15 April 2024, Theo (re: Fermento bakery): "
+    r"^(?:\[[^\]]*\]\s*)?(?:\d{1,2} [A-Z][a-z]+ \d{4},\s*)?"
+    r"(?:[A-Z][\w'’.-]*(?: [A-Z][\w'’.-]*)?(?: \(re: [^)]*\))?:\s+)?"
+)
+
+
+def _stem(word: str) -> str:
+    word = re.sub(r"['’]s?$", "", word.lower())
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def _open_echo(text: str) -> bool:
+    """Whether a reply so far may still be an excerpt's header being echoed ("Theo (re: Fermento" ...)."""
+    return ("(re:" in text and "):" not in text) or (text.startswith("[") and "]" not in text)
+
+
+def concise(answer: str, question: str, *, shortest: int = CONCISE_WORDS) -> str:
+    """The answer without what restates the question (issue 35: "in a few words"): an echoed excerpt header
+    ("Theo (re: Fermento bakery): ...") and the leading and trailing words that only repeat the question's or are
+    function words ("Mel and her kids painted [a sunset with a palm tree] in their latest project"). Answers
+    shorter than `shortest` words, answers to yes/no questions and answers that would lose every word stay as
+    they are."""
+    words = question.split()
+    if not words or words[0].lower() in _YES_NO:
+        return answer
+    body = _ECHO.sub("", answer, count=1).strip() or answer
+    tokens = body.split()
+    if len(tokens) < shortest:
+        return body
+    asked = {_stem(w) for w in re.findall(r"[\w'’]+", question)}
+
+    def restated(token: str) -> bool:
+        core = re.sub(r"^[^\w]+|[^\w'’]+$", "", token)
+        return not core or core.lower() in _FUNCTION_WORDS or _stem(core) in asked
+
+    def named(i: int) -> bool:
+        core = re.sub(r"^[^\w]+", "", tokens[i])
+        return core[:1].isupper() and i > 0  # a capital that does not just open the sentence
+
+    start, end = 0, len(tokens)
+    while start < end and restated(tokens[start]):
+        start += 1
+    while end > start and restated(tokens[end - 1]):
+        end -= 1
+    while 0 < start < end and named(start - 1) and named(start) and not tokens[start - 1].endswith((",", ".")):
+        start -= 1  # a name is kept whole ("Hotel Ribeira" when asked which hotel)
+    while start < end < len(tokens) and named(end) and named(end - 1) and not tokens[end - 1].endswith((",", ".")):
+        end += 1
+    kept = " ".join(tokens[start:end]).strip(" .,;:")
+    if kept.count('"') % 2:
+        kept = kept.strip('"')
+    return kept or body
 
 
 def evidence(
@@ -204,14 +271,20 @@ def read_stream(
         pieces.append(piece)
         so_far = "".join(pieces).lstrip()
         line = so_far.split("\n")[0]
+        done = "\n" in so_far  # small models run on past the answer: its first line is the answer
         if line.endswith(":"):  # a list follows: it is streamed whole, at the end
             continue
-        if len(line) > len(printed):
-            yield line[len(printed) :]
-            printed = line
-        if "\n" in so_far:  # small models run on past the answer: its first line is the answer
+        words = line if done else line.rsplit(" ", 1)[0] if " " in line else ""  # whole words only
+        held = _open_echo(words) or abstain.lower().startswith(words.lower()) or abstains(words, abstain)
+        if len(words.split()) >= CONCISE_WORDS and not held:
+            short = concise(words, question)
+            if short.startswith(printed) and len(short) > len(printed):
+                yield short[len(printed) :]
+                printed = short
+        if done:
             break
     text = first_answer("".join(pieces)) or abstain
+    text = text if abstains(text, abstain) else concise(text, question)
     if text != printed:
         yield text[len(printed) :] if text.startswith(printed) else "\n" + text
     tokens = sum(count(s) for s in shown)

@@ -11,6 +11,7 @@ from fakes import FakeBackend
 from cuemem.answer import (
     ABSTAIN,
     attributed_elsewhere,
+    concise,
     dates_shown,
     evidence,
     excerpt,
@@ -104,17 +105,50 @@ def test_read_streams_the_first_line_then_the_answer_with_its_citation_and_dates
         hit("D5:1", "Theo: I got the job at the bakery!", "2024-04-15T10:00:00"),
     ]
     retrieval = Retrieval("When does Theo start?", hits, "stitch", Namespace("u"))
-    backend = Streaming("1 May 2024\nThe excerpt D5:3 says so.", cite="D5:3")
+    backend = Streaming("Theo starts on 1 May 2024, at the bakery.\nThe excerpt D5:3 says so.", cite="D5:3")
     items = list(read_stream(LLMClient(backend), retrieval.query, retrieval))
     *pieces, answer = items
     assert all(isinstance(p, str) for p in pieces) and len(pieces) > 1
-    assert "".join(pieces) == "1 May 2024" == answer.text  # the reader's first line only
+    # the reader's first line only, without what restates the question (concise), streamed word by word
+    assert "".join(pieces) == "1 May 2024, at the bakery" == answer.text
     assert isinstance(answer, Answer) and answer.cited_turn_ids == ["D5:3"]  # within the margin: one id
     assert answer.dates == ["15 April 2024", "1st of May = 1 May 2024"]
     assert answer.evidence_turn_ids == ["D5:3", "D5:1"] and 0 < (answer.evidence_tokens or 0) < 60
     prompt = backend.sent[0][-1]["content"]
     assert "[D5:3] 15 April 2024, Theo: I start on the 1st of May (1 May 2024)." in prompt
-    assert read(LLMClient(backend), retrieval.query, retrieval).text == "1 May 2024"  # read: the same, whole
+    assert read(LLMClient(backend), retrieval.query, retrieval).text == answer.text  # read: the same, whole
+    short = list(read_stream(LLMClient(Streaming("1 May 2024\n", cite="D5:3")), retrieval.query, retrieval))
+    assert short[:-1] == ["1 May 2024"] and short[-1].text == "1 May 2024"  # under CONCISE_WORDS: whole, at once
+
+
+@pytest.mark.parametrize(
+    ("reply", "question", "said"),
+    [
+        ("Lena is allergic to shellfish.", "What is Lena allergic to?", "shellfish"),
+        (
+            "Mel and her kids painted a sunset with a palm tree in their latest project in July 2023.",
+            "What did Mel and her kids paint in their latest project in July 2023?",
+            "sunset with a palm tree",
+        ),
+        ("Maya is staying at the Apollo Hotel.", "Which hotel is Maya staying at?", "Apollo Hotel"),  # a name whole
+        (
+            "The hotel on Day 1 in Porto is Hotel Ribeira, 140 euros a night.",
+            "How much is the hotel on Day 1 in Porto?",
+            "Hotel Ribeira, 140 euros a night",
+        ),
+        (  # an echoed excerpt header goes; "am" (a.m.) is not a function word
+            "Theo (re: Fermento bakery): I start on the 1st of May (1 May 2024), from 5 am.",
+            "When does Theo start his new job?",
+            "1st of May (1 May 2024), from 5 am",
+        ),
+        ("Yes, Melanie went to the concert.", "Did Melanie go to the concert?", "Yes, Melanie went to the concert."),
+        ("Gina opened it", "What did Gina open?", "Gina opened it"),  # too short to trim
+        ("Gina opened the store there", "What did Gina open there?", "store"),
+        ("Gina is Gina, it is.", "Who is Gina?", "Gina is Gina, it is."),  # nothing would be left
+    ],
+)
+def test_concise_drops_what_restates_the_question(reply: str, question: str, said: str):
+    assert concise(reply, question) == said
 
 
 def test_an_abstention_cites_nothing_and_empty_memory_abstains_without_a_model_call():
