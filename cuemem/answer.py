@@ -153,9 +153,12 @@ def concise(answer: str, question: str, *, shortest: int = CONCISE_WORDS) -> str
         return body
     asked = {_stem(w) for w in re.findall(r"[\w'’]+", question)}
 
-    def restated(token: str) -> bool:
+    def restated(
+        token: str,
+    ) -> bool:  # every word of the token ("7:45", "Melanie's") is the question's or a function word
         core = re.sub(r"^[^\w]+|[^\w'’]+$", "", token)
-        return not core or core.lower() in _FUNCTION_WORDS or _stem(core) in asked
+        parts = re.findall(r"\w+", re.sub(r"['’]s?$", "", core))
+        return all(part.lower() in _FUNCTION_WORDS or _stem(part) in asked for part in parts)
 
     def named(i: int) -> bool:
         core = re.sub(r"^[^\w]+", "", tokens[i])
