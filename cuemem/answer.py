@@ -153,9 +153,8 @@ def concise(answer: str, question: str, *, shortest: int = CONCISE_WORDS) -> str
         return body
     asked = {_stem(w) for w in re.findall(r"[\w'’]+", question)}
 
-    def restated(
-        token: str,
-    ) -> bool:  # every word of the token ("7:45", "Melanie's") is the question's or a function word
+    def restated(token: str) -> bool:
+        """Whether every word of the token ("7:45", "Melanie's") is the question's or a function word."""
         core = re.sub(r"^[^\w]+|[^\w'’]+$", "", token)
         parts = re.findall(r"\w+", re.sub(r"['’]s?$", "", core))
         return all(part.lower() in _FUNCTION_WORDS or _stem(part) in asked for part in parts)
