@@ -264,7 +264,11 @@ def answers_section(result: dict[str, Any]) -> list[str]:
     scored each question type, token F1 per type."""
     engines = result["engines"]
     names = engine_order(list(engines))
-    answer = {n: engines[n].get("answer") or {} for n in names}
+    # the harness keeps the structured answer's scores (came: EM, contains, token F1) with the retrieval metrics
+    scored = {
+        n: {k: v for k, v in engines[n].get("retrieval", {}).items() if k in ("em", "contains", "f1")} for n in names
+    }
+    answer = {n: {**scored[n], **(engines[n].get("answer") or {})} for n in names}
     cols = [c for c in ANSWER_COLS if any(answer[n].get(c[0]) is not None for n in names)]
     types = sorted({t for n in names for t, b in engines[n].get("by_category", {}).items() if "f1" in b})
     header = ["engine", *(c[1] for c in cols), *(f"token F1 {t}" for t in types), "R@10", "run"]

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import reference  # noqa: E402
-from reference_render import ENGINE_LINES, render  # noqa: E402
+from reference_render import ENGINE_LINES, answers_section, render  # noqa: E402
 
 from cuemem.bench.protocol import BenchConfig  # noqa: E402
 from cuemem.bench.report import summarize  # noqa: E402
@@ -213,3 +213,23 @@ def test_the_topic_pages_benchmarks_md_links_exist() -> None:
     pages = set(TOPICS) | {page for _, page in OLD_SECTIONS}
     assert all((ROOT / "docs" / "benchmarks" / f"{page}.md").is_file() for page in pages)
     assert {p.stem for p in (ROOT / "docs" / "benchmarks").glob("*.md")} <= set(TOPICS)
+
+
+def test_an_answer_table_shows_the_structured_scores_the_harness_keeps_with_retrieval() -> None:
+    """came's EM, contains and token F1 sit in the harness's retrieval block: the answers table shows them."""
+    result = {
+        "name": "answers-came",
+        "heading": "Look-alike answers",
+        "title": "t",
+        "runs": {"r1": {"date": "2026-11-27", "machine": "m", "command": "c", "commit": "", "source": "s"}},
+        "engines": {
+            "stitch": {
+                "run": "r1",
+                "retrieval": {"recall@10": 0.84, "em": 0.244, "contains": 0.277, "f1": 0.347},
+                "answer": {"questions": 632, "answer_seconds_p50": 2.4},
+            }
+        },
+    }
+    text = "\n".join(answers_section(result))
+    assert "| engine | questions | EM | contains | token F1 | answer s p50 | R@10 | run |" in text
+    assert "| `stitch` | 632 | 0.24 | 0.28 | 0.35 | 2.4 | 0.840 | r1 |" in text
