@@ -20,6 +20,7 @@ from datetime import datetime
 
 from .index.dates import format_day
 from .index.names import is_generic_label, named_speaker, speaker_index
+from .index.text import STOPWORDS
 from .llm import LLMClient, LLMError
 from .types import Answer, Hit, Retrieval
 
@@ -111,12 +112,10 @@ def first_answer(text: str) -> str:
     return ", ".join(items) or lines[0]
 
 
-_FUNCTION_WORDS = frozenset(
-    re.findall(
-        r"\w+",
-        "a an the is was are were be been being to of in on at for with and or but her his their its my your our"
-        " they he she it i you we that this these those do does did has have had by from as about into",
-    )
+# Words that restate nothing when they open or close an answer: the shared stop words, less those that carry an
+# answer's meaning at its edge (a negation, an order in time, a quantity, "am" of "5 am").
+_FUNCTION_WORDS = STOPWORDS - frozenset(
+    re.findall(r"\w+", "am not no nor before after again more most few all only same other up down off out over under")
 )
 _YES_NO = frozenset(re.findall(r"\w+", "am is are was were do does did has have had can could will would shall should"))
 _ECHO = re.compile(  # an excerpt's header, echoed: "[D5:3] 15 April 2024, Theo (re: Fermento bakery): "

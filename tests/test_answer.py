@@ -143,6 +143,7 @@ def test_read_streams_the_first_line_then_the_answer_with_its_citation_and_dates
         ),
         ("Yes, Melanie went to the concert.", "Did Melanie go to the concert?", "Yes, Melanie went to the concert."),
         ("7:45 pm is 3500 euros", "For the dinner at 7:45 pm, what is the cost?", "3500 euros"),  # "7:45": 2 words
+        ("Theo did not go to the race", "Where did Theo go on Sunday?", "not go to the race"),  # a negation stays
         ("Gina opened it", "What did Gina open?", "Gina opened it"),  # too short to trim
         ("Gina opened the store there", "What did Gina open there?", "store"),
         ("Gina is Gina, it is.", "Who is Gina?", "Gina is Gina, it is."),  # nothing would be left
