@@ -24,7 +24,12 @@ def main() -> None:
     parser.add_argument("results", type=Path)
     parser.add_argument("variants", nargs="+")
     args = parser.parse_args()
-    questions = {q.id: q for q, _, _ in pickle.loads(args.results.with_suffix(".retr.pkl").read_bytes())}
+    found = pickle.loads(args.results.with_suffix(".retr.pkl").read_bytes())
+    questions = {q.id: q for q, _, _ in found}
+    # the speakers of the hits (those of the excerpts shown are among them): an echoed "Name:" is theirs
+    speakers = {
+        q.id: {str(h.detail["speaker"]) for h in retrieval.hits if h.detail.get("speaker")} for q, retrieval, _ in found
+    }
     results = json.loads(args.results.read_text())
     for name in args.variants:
         pairs: dict[str, list[tuple[float, float]]] = {}
@@ -32,7 +37,7 @@ def main() -> None:
             if record["cat"] == "5":
                 continue
             q = questions[record["id"]]
-            cut = record["pred"] if record["abstained"] else concise(record["pred"], q.text)
+            cut = record["pred"] if record["abstained"] else concise(record["pred"], q.text, speakers=speakers[q.id])
             pairs.setdefault(record["cat"], []).append((record["f1"], locomo_f1(cut, q.answer, q.category)))
         every = [p for per in pairs.values() for p in per]
         by_cat = {

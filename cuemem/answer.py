@@ -15,7 +15,7 @@ was shown, so a citation can never name a turn it did not see. When the excerpts
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import datetime
 
 from .index.dates import format_day
@@ -119,9 +119,20 @@ _FUNCTION_WORDS = STOPWORDS - frozenset(
 )
 _YES_NO = frozenset(re.findall(r"\w+", "am is are was were do does did has have had can could will would shall should"))
 _ECHO = re.compile(  # an excerpt's header, echoed: "[D5:3] 15 April 2024, Theo (re: Fermento bakery): "
-    r"^(?:\[[^\]]*\]\s*)?(?:\d{1,2} [A-Z][a-z]+ \d{4},\s*)?"
-    r"(?:[A-Z][\w'’.-]*(?: [A-Z][\w'’.-]*)?(?: \(re: [^)]*\))?:\s+)?"
+    r"^(?P<id>\[[^\]]*\]\s*)?(?P<day>\d{1,2} [A-Z][a-z]+ \d{4},\s*)?"
+    r"(?:(?P<who>[A-Z][\w'’.-]*(?: [A-Z][\w'’.-]*)?)(?P<goal> \(re: [^)]*\))?:\s+)?"
 )
+
+
+def _without_echo(answer: str, speakers: Collection[str]) -> str:
+    """The answer without an excerpt's header it repeats: an id, a day or a goal in focus, or a speaker's name
+    before a colon ("Jon: That's a great goal!"); "Casa Azul: 110 euros" keeps its name."""
+    match = _ECHO.match(answer)
+    if match is None or not match.group(0):
+        return answer
+    if match.group("id") or match.group("day") or match.group("goal") or match.group("who") in speakers:
+        return answer[match.end() :].strip() or answer
+    return answer
 
 
 def _stem(word: str) -> str:
@@ -137,16 +148,17 @@ def _open_echo(text: str) -> bool:
     return ("(re:" in text and "):" not in text) or (text.startswith("[") and "]" not in text)
 
 
-def concise(answer: str, question: str, *, shortest: int = CONCISE_WORDS) -> str:
+def concise(answer: str, question: str, *, speakers: Collection[str] = (), shortest: int = CONCISE_WORDS) -> str:
     """The answer without what restates the question (issue 35: "in a few words"): an echoed excerpt header
-    ("Theo (re: Fermento bakery): ...") and the leading and trailing words that only repeat the question's or are
+    ("Theo (re: Fermento bakery): ...", or "Jon: ..." where Jon is one of the `speakers` shown; `_without_echo`) and
+    the leading and trailing words that only repeat the question's or are
     function words ("Mel and her kids painted [a sunset with a palm tree] in their latest project"). Answers
     shorter than `shortest` words, answers to yes/no questions and answers that would lose every word stay as
     they are."""
     words = question.split()
     if not words or words[0].lower() in _YES_NO:
         return answer
-    body = _ECHO.sub("", answer, count=1).strip() or answer
+    body = _without_echo(answer, speakers)
     tokens = body.split()
     if len(tokens) < shortest:
         return body
@@ -264,6 +276,7 @@ def read_stream(
         return
     picked = evidence(retrieval.hits, evidence_tokens, count=count)
     shown = [text for _, text in picked]
+    speakers = {str(hit.detail["speaker"]) for hit, _ in picked if hit.detail.get("speaker")}
     ids = list(dict.fromkeys(t for hit, _ in picked for t in hit.turn_ids))
     messages = messages_for(question, shown, now=now, abstain=abstain, notes=notes)
     pieces: list[str] = []
@@ -278,14 +291,14 @@ def read_stream(
         words = line if done else line.rsplit(" ", 1)[0] if " " in line else ""  # whole words only
         held = _open_echo(words) or abstain.lower().startswith(words.lower()) or abstains(words, abstain)
         if len(words.split()) >= CONCISE_WORDS and not held:
-            short = concise(words, question)
+            short = concise(words, question, speakers=speakers)
             if short.startswith(printed) and len(short) > len(printed):
                 yield short[len(printed) :]
                 printed = short
         if done:
             break
     text = first_answer("".join(pieces)) or abstain
-    text = text if abstains(text, abstain) else concise(text, question)
+    text = text if abstains(text, abstain) else concise(text, question, speakers=speakers)
     if text != printed:
         yield text[len(printed) :] if text.startswith(printed) else "\n" + text
     tokens = sum(count(s) for s in shown)

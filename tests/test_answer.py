@@ -153,6 +153,14 @@ def test_concise_drops_what_restates_the_question(reply: str, question: str, sai
     assert concise(reply, question) == said
 
 
+def test_concise_drops_a_speakers_name_echoed_before_a_colon_but_keeps_any_other():
+    question = "What did Jon say about the studio's opening night?"
+    assert concise("Jon: That's a great goal for it!", question, speakers={"Jon", "Gina"}) == "great goal"
+    assert concise("Casa Azul: 110 euros a night", "How much is Day 2 now?", speakers={"Maya"}) == (
+        "Casa Azul: 110 euros a night"
+    )
+
+
 def test_an_abstention_cites_nothing_and_empty_memory_abstains_without_a_model_call():
     retrieval = Retrieval("Who won?", [hit("D1:1", "Maya: hello", "2024-03-03T14:10:00")], "stitch", Namespace("u"))
     backend = Streaming("The memory does not say.", cite="D1:1")
