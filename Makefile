@@ -39,9 +39,11 @@ demo: setup
 	$(VENV)/bin/cuemem demo
 
 # The suite on every core (pytest-xdist, at most 4 workers: each loads its own models and PostgreSQL); tests
-# marked xdist_group run on one worker together. Fails when any test fails.
+# marked xdist_group run on one worker together. Fails when any test fails. Bytecode is cached even where the
+# environment says PYTHONDONTWRITEBYTECODE: else every CLI, server and forked process of the tests compiles cuemem
+# from source again (docs/benchmarks/suite.md: 542-560 s -> 451 s on 2 cores).
 test: setup lint
-	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadgroup
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadgroup
 
 # The documentation site (docs/, mkdocs.yml) into site/; warnings are errors.
 docs: setup
