@@ -82,6 +82,23 @@ def test_every_builtin_engine_subclasses_the_base_class(name):
     assert isinstance(engine.derived, DerivedSpec) and isinstance(engine.uses_llm, bool)
 
 
+def test_a_built_in_engine_or_variant_is_found_without_scanning_the_plugins(monkeypatch: pytest.MonkeyPatch):
+    """Opening a memory names its engine: a built-in (or a variant of one) is found without reading every installed
+    package's entry points; only a name that is neither scans them, and an unknown one is still refused."""
+    scanned: list[str] = []
+
+    def entry_points(group: str) -> list[EntryPoint]:
+        scanned.append(group)
+        return [EntryPoint("notes", Notes)] if group == "cuemem.engines" else []
+
+    monkeypatch.setattr(cuemem.engines, "entry_points", entry_points)
+    assert get_engine("hybrid").name == "hybrid" and get_engine("episodic[window=512]").name == "episodic[window=512]"
+    assert scanned == []
+    assert isinstance(get_engine("notes"), PluginEngine) and scanned == ["cuemem.engines"]
+    with pytest.raises(CuememError, match="unknown engine 'nope'"):
+        get_engine("nope")
+
+
 def test_the_base_class_supplies_every_optional_hook():
     class Minimal(BaseEngine):
         name = "minimal"
