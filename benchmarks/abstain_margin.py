@@ -55,7 +55,6 @@ def run(args: argparse.Namespace) -> None:
         words = max(1, len(text.split()))
         seen.append(
             {
-                "text": text,
                 "whole": whole[text] - whole[phrase],
                 "per_word": whole[text] / words - whole[phrase] / len(phrase.split()),
                 "first": (first[first_words[0]] - first[first_words[1]]) if len(first) == 2 else None,

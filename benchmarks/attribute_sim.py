@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from cuemem.bench.datasets import load_locomo
 from cuemem.config import Settings
 from cuemem.embed import make_embedder
 from cuemem.index.text import STOPWORDS
@@ -48,13 +49,10 @@ def without(text: str, goal: set[str]) -> str:
 def conversations(run: Path, locomo: Path) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     """Turn texts per conversation and question texts by question id, from came.json or the LoCoMo file."""
     source = run / "came.json"
-    samples = json.loads((source if source.exists() else locomo).read_text())
     turns, questions = {}, {}
-    for s in samples:
-        said = [v for k, v in s["conversation"].items() if k.startswith("session_") and isinstance(v, list)]
-        turns[s["sample_id"]] = {t["dia_id"]: t["text"] for session in said for t in session}
-        for i, qa in enumerate(s["qa"]):
-            questions[f"{s['sample_id']}#{i}"] = qa["question"]
+    for conv in load_locomo(source if source.exists() else locomo):
+        turns[conv.id] = {t.id: t.text for t in conv.turns}
+        questions.update({q.id: q.text for q in conv.questions})
     return turns, questions
 
 

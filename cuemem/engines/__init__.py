@@ -106,7 +106,7 @@ def get_engine(name: str) -> BaseEngine:
     """The engine registered as `name`; "name[field=value,...]" is a built-in variant with fields of its config
     replaced (typed like their defaults), e.g. "episodic[window=1024,max_windows=3]". A plugin's engine that does
     not subclass BaseEngine comes wrapped in PluginEngine (the hooks' defaults)."""
-    if name in BUILTIN:  # a built-in wins over a plugin of its name: no entry point scan (~30 ms) for it
+    if name in BUILTIN:  # a built-in wins over a plugin of its name: no entry point scan (~11 ms) for it
         return as_engine(BUILTIN[name]())
     base, _, rest = name.partition("[")
     if rest.endswith("]") and base in FAMILIES:
