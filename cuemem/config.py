@@ -105,6 +105,12 @@ class Settings:
     rerank_depth: int = 30
     rerank_weight: float = 1.0
     rrf_k: int = 60
+    # The asked attribute (issue 34, index/attribute.py): the top `attribute_depth` hits ordered again by their
+    # similarity to the question without the words most of the best three share with it (the goal's name), fused with
+    # their order at this weight; 0 = off. Chosen on dev (docs/benchmarks/came.md, "The asked attribute").
+    attribute_weight: float = 1.0
+    # How many of the best hits the asked attribute reorders (the embedding cost: one per hit not yet embedded).
+    attribute_depth: int = 10
     # Current values first (issue 34 item 2, docs/design.md design 3): among the top `revise_depth` candidates, the
     # turn holding a chain's current value takes the chain's best place and the replaced ones rank lower (0 = off).
     # Two statements set the same attribute when their attribute words overlap (IDF-weighted Jaccard) at least
@@ -183,11 +189,11 @@ class Settings:
             raise CuememError("settings revise_depth >= 0, revise_recurring >= 1, revise_min_frame in [0, 1]")
         if self.revise_near < 0:
             raise CuememError(f"setting revise_near must be >= 0 (0 = off), got {self.revise_near}")
-        for name in ("speaker_boost", "date_boost", "said_boost", "expand_weight", "rerank_weight"):
+        for name in ("speaker_boost", "date_boost", "said_boost", "expand_weight", "rerank_weight", "attribute_weight"):
             if getattr(self, name) < 0:
                 raise CuememError(f"setting {name} must be >= 0, got {getattr(self, name)}")
-        if self.expand_depth < 1 or self.rerank_depth < 1:
-            raise CuememError("settings expand_depth and rerank_depth must be >= 1")
+        if self.expand_depth < 1 or self.rerank_depth < 1 or self.attribute_depth < 1:
+            raise CuememError("settings expand_depth, rerank_depth and attribute_depth must be >= 1")
         if self.revise_history not in ("near", "last"):
             raise CuememError(f"setting revise_history must be near or last, got {self.revise_history!r}")
         if self.llm_threads < 0:

@@ -207,9 +207,11 @@ HOPS = [
 
 def test_pseudo_relevance_feedback_reaches_the_second_hop(make_memory):
     query = "Which city does Caroline's sister live in?"
-    # feedback alone: the said boost would lift Caroline's turns, and the answer is Melanie's
-    plain = make_memory("hybrid", name="plain.db", said_boost=0.0)
-    expanded = make_memory("hybrid", name="expanded.db", expand_weight=3.0, expand_depth=1, said_boost=0.0)
+    # feedback alone: the said boost would lift Caroline's turns, and the answer is Melanie's; the asked attribute
+    # (another stage, tested in test_attribute.py) would reorder the ten best by "city"
+    alone = {"said_boost": 0.0, "attribute_weight": 0.0}
+    plain = make_memory("hybrid", name="plain.db", **alone)
+    expanded = make_memory("hybrid", name="expanded.db", expand_weight=3.0, expand_depth=1, **alone)
     for memory in (plain, expanded):
         memory.add(HOPS, user_id="u")
     assert plain.search(query, user_id="u", k=1).turn_ids == ["h1"]  # the first hop: the sister is Emma

@@ -1,6 +1,6 @@
 """The second stages a ranking engine composes after its first ranking (issue 13): pseudo-relevance feedback for
-multi-hop questions, structural boosts (people, dates), current values first (issue 34: `current.py`) and model
-reranking. Each is set by `Settings` and off
+multi-hop questions, structural boosts (people, dates), the asked attribute (issue 34), current values first
+(issue 34: `current.py`) and model reranking. Each is set by `Settings` and off
 where its weight is 0 (reranking: "off"); `hybrid` and `stitch` share them.
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..index.attribute import asked_attribute, goal_words
 from ..index.dates import format_day
 from ..index.fusion import reciprocal_rank_fusion
 from ..llm import LLMError
@@ -47,6 +48,10 @@ def refine(
     if settings.expand_weight > 0 and ranked:
         ranked, detail["expansion"] = expand(ctx, query, query_vector, ranked, rank)
     ranked = structural_boost(table, ranked, asked, settings.speaker_boost, settings.date_boost, settings.said_boost)
+    if settings.attribute_weight > 0 and ranked:
+        ranked, attribute = attribute_first(ctx, query, ranked, said)
+        if attribute:
+            detail["attribute"] = attribute
     ranked, revisions = current_first(ctx, space, table, query, ranked, said)
     if revisions:
         detail["revisions"] = revisions
@@ -131,14 +136,84 @@ def rerank(ctx: EngineContext, query: str, ranked: Ranked) -> Ranked:
         log.warning("reranking skipped, the model failed: %s", exc)
         return ranked
     by_model = [head[j][0] for j in np.argsort(-np.asarray(scores), kind="stable")]
-    fused = reciprocal_rank_fusion(
-        [[i for i, _ in head], by_model], k=settings.rrf_k, weights=[1.0, settings.rerank_weight]
-    )
+    return fuse_head(head, by_model, tail, settings.rerank_weight, settings.rrf_k)
+
+
+def fuse_head(head: Ranked, second: Sequence[int], tail: Ranked, weight: float, k: int) -> Ranked:
+    """The head of a ranking fused with a second order of its items by reciprocal rank (the second at `weight`);
+    the tail stays below the head, its scores squeezed under the lowest fused score."""
+    fused = reciprocal_rank_fusion([[i for i, _ in head], list(second)], k=k, weights=[1.0, weight])
     floor = min((s for _, s in fused), default=0.0)
     scale = max((s for _, s in tail), default=0.0)
     out = [(int(i), s) for i, s in fused]
-    # the tail stays below the head: its scores are squeezed under the lowest fused score
     return out + [(i, floor * (s / scale if scale > 0 else 0.0) * 0.999) for i, s in tail]
 
 
-__all__ = ["Rank", "expand", "feedback_terms", "refine", "rerank", "turn_table"]
+def attribute_first(ctx: EngineContext, query: str, ranked: Ranked, said: Said | None = None) -> tuple[Ranked, Any]:
+    """The asked attribute (issue 34, `index/attribute.py`): the top `attribute_depth` items ordered again by the
+    similarity of their words as said to the question without its goal words, fused with their order (weight
+    `attribute_weight`). Returns the ranking and what was asked (None where the question has no goal words or
+    nothing but them)."""
+    settings = ctx.settings
+    head, tail = ranked[: settings.attribute_depth], ranked[settings.attribute_depth :]
+    if len(head) < 2:
+        return ranked, None
+    items = ctx.store.get_items(ctx.ns, [i for i, _ in head])
+    words = said or (lambda item: item.text)
+    goal = goal_words(query, [words(items[i]) for i, _ in head[:3] if i in items])
+    attribute = asked_attribute(query, goal)
+    if not attribute:
+        return ranked, None
+    vectors = said_vectors(ctx, {i: words(items[i]) for i, _ in head if i in items})
+    asked = np.asarray(ctx.embed_query(attribute), dtype=np.float32)
+    asked = asked / (np.linalg.norm(asked) or 1.0)
+    similarity = {i: float(np.dot(asked, v)) / (float(np.linalg.norm(v)) or 1.0) for i, v in vectors.items()}
+    by_attribute = sorted(similarity, key=lambda i: -similarity[i])
+    fused = fuse_head(head, by_attribute, tail, settings.attribute_weight, settings.rrf_k)
+    return fused, {"goal_words": sorted(goal), "attribute": attribute}
+
+
+SAID_VECTORS = "refine:said-vectors"
+
+
+def said_vectors(ctx: EngineContext, texts: dict[int, str]) -> dict[int, np.ndarray]:
+    """The vectors of items' words as said (no date or speaker before them, unlike the vectors dense search
+    indexes), embedded when a search first needs them. They are kept with the namespace's in-memory state and in
+    its embedding cache in the store (so that the next process finds them), and both are emptied by a delete: the
+    memory at once (a new epoch), the store's cache of every vector no item uses."""
+    store, ns, cache = ctx.store, ctx.ns, ctx.indexes
+    epoch = store.epoch(ns)
+    with cache.lock_for(ns):
+        known = _held(cache.view(ns, SAID_VECTORS, epoch))  # never changed in place: other searches read it
+    missing = [i for i in texts if i not in known]
+    if not missing:
+        return {i: known[i] for i in texts}
+    # embedded outside the lock: other searches of the namespace do not wait for the model
+    _, embedded = ctx.embed([texts[i] for i in missing], remember=True)
+    new = dict(zip(missing, np.asarray(embedded, dtype=np.float32), strict=True))
+    with cache.lock_for(ns):
+        if store.epoch(ns) == epoch:
+            cache.keep_view(ns, SAID_VECTORS, epoch, {**_held(cache.view(ns, SAID_VECTORS, epoch)), **new})
+    if store.epoch(ns) != epoch:
+        # a delete came between the reading and the remembering (writes to a namespace are serialised: a later
+        # delete purges what was remembered before it), so what it purged may have been written back since;
+        # nothing of a deleted turn stays (promise 2)
+        store.drop_unused_embeddings(ns)
+    return {i: new[i] if i in new else known[i] for i in texts}
+
+
+def _held(view: object) -> dict[int, np.ndarray]:
+    return view if isinstance(view, dict) else {}
+
+
+__all__ = [
+    "Rank",
+    "attribute_first",
+    "expand",
+    "feedback_terms",
+    "fuse_head",
+    "refine",
+    "rerank",
+    "said_vectors",
+    "turn_table",
+]

@@ -1,0 +1,148 @@
+"""The asked attribute (issue 34): the goal words of a question (index/attribute.py) and the refine stage that
+orders a search's best candidates again by what the question asks of the goal (engines/refine.py,
+attribute_first)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import open_memory
+
+from cuemem.config import Settings
+from cuemem.engines.refine import SAID_VECTORS, attribute_first, said_vectors
+from cuemem.errors import CuememError
+from cuemem.index.attribute import asked_attribute, goal_words
+from cuemem.types import Namespace
+
+QUESTION = "When does the florist come for the Rivera wedding?"
+
+
+def test_the_goal_words_are_the_question_words_most_best_candidates_say() -> None:
+    best = [
+        "Rivera wedding: the caterer is Bloom Kitchen.",
+        "The Lopez gala florist comes on Thursday.",
+        "Rivera wedding music is a string quartet.",
+    ]
+    goal = goal_words(QUESTION, best)
+    assert goal == {"rivera", "wedding"}  # "florist" is said by one of the three: it is what is asked
+    assert asked_attribute(QUESTION, goal) == "When does the florist come for the"
+    assert goal_words(QUESTION, best, share=3) == set()
+
+
+def test_no_attribute_is_asked_without_goal_words_or_with_nothing_else() -> None:
+    assert asked_attribute(QUESTION, set()) == ""
+    assert asked_attribute("The Rivera wedding?", {"rivera", "wedding"}) == ""
+    assert asked_attribute("Ünïcödé café, Rivera's wedding?", {"rivera", "wedding"}) == "Ünïcödé café"
+
+
+WEDDING = [
+    {"id": "r1", "speaker": "Ana", "text": "Rivera wedding: the Rivera wedding caterer is Bloom Kitchen."},
+    {"id": "r3", "speaker": "Ana", "text": "Rivera wedding florist comes Friday morning."},
+    {"id": "r2", "speaker": "Ana", "text": "Rivera wedding music is a string quartet."},
+    {"id": "r6", "speaker": "Ana", "text": "Lopez gala florist comes Thursday evening."},
+    {"id": "r4", "speaker": "Ana", "text": "Rivera wedding photographer is Lena Park."},
+    {"id": "r5", "speaker": "Ana", "text": "Rivera wedding cake is lemon."},
+]
+
+
+def _reordered(tmp_path: Path, query: str, weight: float) -> tuple[list[str], Any]:
+    """attribute_first over a first ranking in WEDDING's order (the goal-heavy caterer turn first)."""
+    with open_memory(tmp_path / f"m{weight}.db", "hybrid", settings=Settings(attribute_weight=weight)) as memory:
+        memory.add(WEDDING, user_id="u", session_id="a")
+        ns = memory.store.namespace_id(Namespace("u"))
+        ctx = memory._indexer.context(ns, Namespace("u"))
+        order = [item for item, _ in memory.store.items_in_order(ns, "turn")]
+        first = [(item, 1.0 - 0.1 * rank) for rank, item in enumerate(order)]
+        ranked, asked = attribute_first(ctx, query, first)
+        items = memory.store.get_items(ns, [item for item, _ in ranked])
+        assert sorted(item for item, _ in ranked) == sorted(order)  # the same candidates, none lost or added
+        return [items[item].turn_ids[0] for item, _ in ranked], asked
+
+
+def test_the_asked_attribute_of_the_goal_comes_first(tmp_path: Path) -> None:
+    ids, asked = _reordered(tmp_path, QUESTION, weight=2.0)
+    assert asked == {"goal_words": ["rivera", "wedding"], "attribute": "When does the florist come for the"}
+    assert ids[0] == "r3"  # the florist of the Rivera wedding, from second place
+    plain, _ = _reordered(tmp_path, QUESTION, weight=0.0)
+    assert plain[0] == "r1"  # at weight 0 the ranking is the first one
+
+
+def test_said_vectors_are_embedded_once_and_forgotten_with_a_delete(tmp_path: Path) -> None:
+    with open_memory(tmp_path / "v.db", "hybrid") as memory:
+        memory.add(WEDDING, user_id="u", session_id="a")
+        ns = memory.store.namespace_id(Namespace("u"))
+        cache = memory._indexer.indexes
+        memory.search(QUESTION, user_id="u", k=6)
+        held = cache.view(ns, SAID_VECTORS, memory.store.epoch(ns))
+        assert isinstance(held, dict) and len(held) == len(WEDDING)
+        embedded: list[str] = []
+        ctx = memory._indexer.context(ns, Namespace("u"))
+        embed = ctx.embed
+
+        def counted(texts: Any, **kwargs: Any) -> Any:
+            embedded.extend(texts)
+            return embed(texts, **kwargs)
+
+        ctx.embed = counted  # type: ignore[method-assign]
+        assert said_vectors(ctx, {i: "unused" for i in held}).keys() == held.keys()
+        assert embedded == []  # kept: a second search embeds nothing again
+        memory.delete("r3", user_id="u")
+        assert cache.view(ns, SAID_VECTORS, memory.store.epoch(ns)) is None  # gone with the delete
+        memory.search(QUESTION, user_id="u", k=6)
+        again = cache.view(ns, SAID_VECTORS, memory.store.epoch(ns))
+        assert isinstance(again, dict) and len(again) == len(WEDDING) - 1 and set(again) < set(held)
+
+
+def test_a_question_without_goal_words_keeps_the_ranking(tmp_path: Path) -> None:
+    ids, asked = _reordered(tmp_path, "Which florist did we book?", weight=2.0)
+    assert asked is None
+    assert ids == [turn["id"] for turn in WEDDING]
+
+
+def test_search_says_what_it_took_as_the_goal_and_the_attribute(tmp_path: Path) -> None:
+    with open_memory(tmp_path / "s.db", "stitch") as memory:
+        memory.add(WEDDING, user_id="u", session_id="a")
+        hits = memory.search(QUESTION, user_id="u", k=6).hits
+        assert hits[0].turn_ids == ["r3"]
+        assert {"rivera", "wedding"} <= set(hits[0].detail["attribute"]["goal_words"])
+    with open_memory(tmp_path / "off.db", "stitch", settings=Settings(attribute_weight=0)) as memory:
+        memory.add(WEDDING, user_id="u", session_id="a")
+        assert "attribute" not in memory.search(QUESTION, user_id="u", k=6).hits[0].detail
+
+
+@pytest.mark.parametrize("bad", [{"attribute_weight": -1.0}, {"attribute_depth": 0}])
+def test_settings_refuse_a_negative_weight_or_an_empty_depth(bad: dict[str, float]) -> None:
+    with pytest.raises(CuememError):
+        Settings(**bad)  # type: ignore[arg-type]
+
+
+def test_a_delete_while_the_words_are_embedded_leaves_no_vector_of_the_deleted_turn(tmp_path: Path) -> None:
+    """The vectors are remembered in the store after the model ran, outside any lock: a delete that came meanwhile
+    must not find its turn's vector written back after it purged the cache."""
+    from cuemem.store.base import text_hash
+
+    with open_memory(tmp_path / "d.db", "hybrid") as memory:
+        memory.add(WEDDING, user_id="u", session_id="a")
+        store = memory.store
+        ns = store.namespace_id(Namespace("u"))
+        ctx = memory._indexer.context(ns, Namespace("u"))
+        order = [item for item, _ in store.items_in_order(ns, "turn")]
+        texts = {item: found.text for item, found in store.get_items(ns, order).items()}
+        deleted = next(text for text in texts.values() if text.startswith("Rivera wedding florist"))
+        embed = ctx.embed
+
+        def deleting_first(batch: Any, **kwargs: Any) -> Any:
+            memory.delete("r3", user_id="u")  # the delete lands while the model runs
+            return embed(batch, **kwargs)
+
+        ctx.embed = deleting_first  # type: ignore[method-assign]
+        said_vectors(ctx, texts)
+        model = ctx.embedder.name
+        assert store.cached_embeddings(ns, model, [text_hash(deleted)]) == {}
+        assert memory._indexer.indexes.view(ns, SAID_VECTORS, store.epoch(ns)) is None
+        ctx.embed = embed  # type: ignore[method-assign]
+        kept = {item: text for item, text in texts.items() if text != deleted}
+        said_vectors(ctx, kept)
+        assert len(store.cached_embeddings(ns, model, [text_hash(t) for t in kept.values()])) == len(kept)
