@@ -30,6 +30,8 @@ import numpy as np
 from cuemem.bench.datasets import load_locomo
 from cuemem.config import Settings
 from cuemem.embed import make_embedder
+from cuemem.embed.cached import CachedEmbedder
+from cuemem.engines.baselines import turn_document
 from cuemem.index.text import STOPWORDS
 
 WORD = re.compile(r"[A-Za-z0-9']+")
@@ -46,14 +48,18 @@ def without(text: str, goal: set[str]) -> str:
     return " ".join(w for w in WORD.findall(text) if w.lower() not in goal) or text
 
 
-def conversations(run: Path, locomo: Path) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
-    """Turn texts per conversation and question texts by question id, from came.json or the LoCoMo file."""
+def conversations(
+    run: Path, locomo: Path
+) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, str]], dict[str, str]]:
+    """Turn texts per conversation, the same as dense search embeds them (date and speaker first), and question
+    texts by question id, from came.json or the LoCoMo file."""
     source = run / "came.json"
-    turns, questions = {}, {}
+    turns, documents, questions = {}, {}, {}
     for conv in load_locomo(source if source.exists() else locomo):
         turns[conv.id] = {t.id: t.text for t in conv.turns}
+        documents[conv.id] = {t.id: turn_document(t) for t in conv.turns}
         questions.update({q.id: q.text for q in conv.questions})
-    return turns, questions
+    return turns, documents, questions
 
 
 def main() -> None:
@@ -62,9 +68,22 @@ def main() -> None:
     parser.add_argument("--engine", default="stitch")
     parser.add_argument("--locomo", type=Path, default=Path("../shared/datasets/locomo/locomo10.json"))
     parser.add_argument("--cache", type=Path, default=Path("bench-out/attribute-sim-cache.pkl"))
+    parser.add_argument(
+        "--variant",
+        choices=("both", "query", "stored", "lexical"),
+        default="both",
+        help="both: goal words out of question and candidates; query: out of the question only, candidates whole "
+        "(their vectors exist at ingest); stored: the same with the candidates as dense search embeds them (date, "
+        "speaker, words: the engines' stored vectors); lexical: candidate words (goal out) the question says",
+    )
+    parser.add_argument("--best", type=int, default=3, help="candidates whose words name the goal (default 3)")
+    parser.add_argument("--share", type=int, default=2, help="of them, how many must say a word (default 2)")
+    parser.add_argument("--embed-cache", type=Path, help="the run's --embed-cache (stored vectors are looked up)")
     args = parser.parse_args()
-    turns, questions = conversations(args.run, args.locomo)
+    turns, documents, questions = conversations(args.run, args.locomo)
     embedder = make_embedder(Settings.load())
+    if args.embed_cache:
+        embedder = CachedEmbedder(embedder, args.embed_cache)
     cache: dict[tuple[str, bool], np.ndarray] = pickle.loads(args.cache.read_bytes()) if args.cache.exists() else {}
 
     def vector(text: str, query: bool) -> np.ndarray:
@@ -76,16 +95,22 @@ def main() -> None:
     for path in sorted(glob.glob(str(args.run / "checkpoints" / args.engine / "*.json"))):
         record: dict[str, Any] = json.loads(Path(path).read_text())
         text = turns[record["conversation"]]
+        embedded = documents[record["conversation"]] if args.variant == "stored" else text
         for q in record["questions"]:
             top = [ids[0] for ids in q["top"][:TOP]]
             if q.get("adversarial") or str(q.get("category")) == "5" or not q["evidence"] or not top:
                 continue
             question = questions[q["id"]]
             asked = content_words(question)
-            shared = Counter(w for t in top[:3] for w in content_words(text.get(t, "")) & asked)
-            goal = {w for w, n in shared.items() if n >= 2}
-            q_vec = vector(without(question, goal), True)
-            sims = [float(np.dot(q_vec, vector(without(text.get(t, ""), goal), False))) for t in top]
+            shared = Counter(w for t in top[: args.best] for w in content_words(text.get(t, "")) & asked)
+            goal = {w for w, n in shared.items() if n >= args.share}
+            if args.variant == "lexical":
+                rest = asked - goal
+                sims = [float(len(content_words(text.get(t, "")) & rest)) for t in top]
+            else:
+                q_vec = vector(without(question, goal), True)
+                kept = goal if args.variant == "both" else set()
+                sims = [float(np.dot(q_vec, vector(without(embedded.get(t, ""), kept), False))) for t in top]
             cases.append((set(q["evidence"]), top, sims))
     args.cache.parent.mkdir(parents=True, exist_ok=True)
     args.cache.write_bytes(pickle.dumps(cache))
