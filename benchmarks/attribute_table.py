@@ -114,7 +114,9 @@ def main() -> None:
             "`stitch` and `hybrid` with the refine stage `attribute_first` off (CUEMEM_ATTRIBUTE_WEIGHT=0) and on "
             "(weight 1, top 10: chosen on dev), EmbeddingGemma (ONNX int8), budget 4,096 tokens. Look-alike "
             "conversations: seeds 0-3 (dev) and 100-102 (test), sizes S and M, 120 evenly spaced questions per M "
-            "conversation; LoCoMo: conv-26/30/41/42/43 (dev) and conv-44/47/48/49/50 (test), categories 1-4"
+            "conversation; LoCoMo: conv-26/30/41/42/43 (dev) and conv-44/47/48/49/50 (test), categories 1-4. "
+            "At rank 1: the share of the questions whose first hit is no evidence and is a look-alike (the same "
+            "attribute of another goal) or a value since replaced"
         ),
         "runs": {
             "a34": {
