@@ -89,7 +89,7 @@ def test_said_vectors_are_embedded_once_and_forgotten_with_a_delete(tmp_path: Pa
         assert said_vectors(ctx, {i: "unused" for i in held}).keys() == held.keys()
         assert embedded == []  # kept: a second search embeds nothing again
         memory.delete("r3", user_id="u")
-        assert cache.view(ns, SAID_VECTORS, memory.store.epoch(ns)) is None  # gone with the delete
+        assert cache.latest_view(ns, SAID_VECTORS) is None  # gone from memory with the delete, not merely stale
         memory.search(QUESTION, user_id="u", k=6)
         again = cache.view(ns, SAID_VECTORS, memory.store.epoch(ns))
         assert isinstance(again, dict) and len(again) == len(WEDDING) - 1 and set(again) < set(held)
@@ -141,7 +141,7 @@ def test_a_delete_while_the_words_are_embedded_leaves_no_vector_of_the_deleted_t
         said_vectors(ctx, texts)
         model = ctx.embedder.name
         assert store.cached_embeddings(ns, model, [text_hash(deleted)]) == {}
-        assert memory._indexer.indexes.view(ns, SAID_VECTORS, store.epoch(ns)) is None
+        assert memory._indexer.indexes.latest_view(ns, SAID_VECTORS) is None  # not kept under the old epoch either
         ctx.embed = embed  # type: ignore[method-assign]
         kept = {item: text for item, text in texts.items() if text != deleted}
         said_vectors(ctx, kept)
