@@ -11,7 +11,9 @@ its three best candidates also say; the question without them is embedded as a q
 candidates without them as a document (the default embedder), and the two rankings, the run's and this
 similarity's, are fused by reciprocal rank (k = 60, the similarity at weight w). Recall@10 cannot change (the same
 ten turns); recall@1 is what moves. Reads a `cuemem bench came` or `cuemem bench locomo` output directory (its
-checkpoints); embeddings are kept in --cache between runs. Nothing here is in the engines.
+checkpoints); embeddings are kept in --cache between runs. `--variant` picks how candidates are compared
+(`query` is the form the engines now run: `attribute_first` in cuemem/engines/refine.py; docs/benchmarks/came.md,
+"The asked attribute").
 """
 
 from __future__ import annotations
