@@ -24,6 +24,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from reference import dump
+
 ENGINES = ("stitch", "hybrid")
 COLUMNS = [
     ("data", "conversations", "", "l"),
@@ -180,7 +182,7 @@ def main() -> None:
                 "rows": latency_rows(args.latency),
             }
         )
-    args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    args.out.write_text(dump(result))
     print(f"wrote {args.out}: {len(rows)} rows")
 
 

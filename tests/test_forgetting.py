@@ -35,6 +35,7 @@ from fakes import FakeBackend
 from cuemem import Memory, Namespace, Settings, UnknownNamespaceError
 from cuemem.embed import HashingEmbedder
 from cuemem.llm import LLMClient
+from cuemem.store.base import text_hash
 
 # Deletes must reach the model-made state (labels, records, notes) on both stores: the designs' model variants run
 # here on PostgreSQL too (tests/conftest.py leaves them to SQLite in the other suites).
@@ -103,6 +104,13 @@ def statistics_with(memory: Memory, needle: str) -> list[tuple[str, str]]:
     return [(str(table), str(column)) for table, column in rows]
 
 
+def cached_vectors_of(memory: Memory, text: str) -> int:
+    """How many namespaces' embedding caches hold a vector of exactly `text` (the refine stage's vectors of a
+    turn's words as said are kept there: engines/refine.py, said_vectors)."""
+    name, digest = memory.embedder.name, text_hash(text)
+    return sum(len(memory.store.cached_embeddings(ns, name, [digest])) for _, ns in memory.store.namespaces())
+
+
 def assert_forgotten(memory: Memory, backend: FakeBackend, root: Path, needle: str, question: str) -> None:
     """No search result in any namespace, no prompt of a fresh answer, no byte of any file holds `needle`.
 
@@ -150,6 +158,9 @@ def test_a_deleted_secret_leaves_no_trace(tmp_path: Path, engine: str, deletion:
         assert any(secret in t for t in seen), f"the secret should be retrievable before the delete: {seen}"
         memory.answer(QUESTION, **where)  # the model sees it (and any cache of model calls with it)
         assert secret in backend.prompts()
+        words = secret_turns(secret)[0]["text"]
+        if engine == "hybrid":  # the asked attribute embedded the secret's words as said ("locker" is the goal)
+            assert cached_vectors_of(memory, words), "the secret's words should have a cached vector before"
         checkpoint(memory)
         assert files_with(memory, tmp_path, secret), "the secret should be in the store's files before the delete"
         if on_postgres():
@@ -163,6 +174,7 @@ def test_a_deleted_secret_leaves_no_trace(tmp_path: Path, engine: str, deletion:
             memory.delete_all(**where)
         else:
             memory.delete_all(user_id="alice")
+        assert cached_vectors_of(memory, words) == 0, "a vector of the deleted words is still cached"
         assert_forgotten(memory, backend, tmp_path, secret, QUESTION)
 
 
