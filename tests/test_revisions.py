@@ -84,6 +84,21 @@ def test_a_quoted_old_value_with_a_change_word_is_replaced() -> None:
     assert got.get(0) == 3
 
 
+def test_an_old_value_quoted_with_no_cue_before_it_is_the_one_replaced() -> None:
+    texts = [
+        ("1", "The Okafor recital starts at 6 pm in the small hall."),
+        ("1", "Okafor parents will bring snacks."),
+        ("2", "The 6 pm slot is gone, they gave us 7:30 pm instead."),
+    ]
+    assert _chains(texts, _recurring("okafor")) == {0: 2}
+    # two values of one kind and no change word: a list of options, not a revision
+    listed = [texts[0], ("2", "The hall is free at 6 pm and at 7:30 pm.")]
+    assert _chains(listed, _recurring("okafor")) == {}
+    # a change word, but neither value is the earlier turn's: nothing is quoted as replaced
+    other = [texts[0], ("2", "Now the choir sings at 5 pm and 8 pm.")]
+    assert _chains(other, _recurring("okafor")) == {}
+
+
 def test_numbered_goals_do_not_mix() -> None:
     assert not compatible(frozenset({"stage#1", "lumen"}), frozenset({"stage#2", "lumen"}))
     assert compatible(frozenset({"stage#1", "lumen"}), frozenset({"stage#1", "lumen"}))
