@@ -105,6 +105,10 @@ class Settings:
     rerank_depth: int = 30
     rerank_weight: float = 1.0
     rrf_k: int = 60
+    # Questions over several speakers (issue 34 item 4): for each speaker a question names, a second round without
+    # the other names, kept to what that speaker said, fused at this weight; 0 = off. Chosen on dev (docs/benchmarks/
+    # retrieval.md, "Questions over two speakers").
+    each_speaker_weight: float = 2.0
     # The asked attribute (issue 34, index/attribute.py): the top `attribute_depth` hits ordered again by their
     # similarity to the question without the words most of the best three share with it (the goal's name), fused with
     # their order at this weight; 0 = off. Chosen on dev (docs/benchmarks/came.md, "The asked attribute").
@@ -189,7 +193,15 @@ class Settings:
             raise CuememError("settings revise_depth >= 0, revise_recurring >= 1, revise_min_frame in [0, 1]")
         if self.revise_near < 0:
             raise CuememError(f"setting revise_near must be >= 0 (0 = off), got {self.revise_near}")
-        for name in ("speaker_boost", "date_boost", "said_boost", "expand_weight", "rerank_weight", "attribute_weight"):
+        for name in (
+            "speaker_boost",
+            "date_boost",
+            "said_boost",
+            "expand_weight",
+            "rerank_weight",
+            "attribute_weight",
+            "each_speaker_weight",
+        ):
             if getattr(self, name) < 0:
                 raise CuememError(f"setting {name} must be >= 0, got {getattr(self, name)}")
         if self.expand_depth < 1 or self.rerank_depth < 1 or self.attribute_depth < 1:

@@ -16,6 +16,7 @@ import numpy as np
 from ..index.attribute import asked_attribute, goal_words
 from ..index.dates import format_day
 from ..index.fusion import reciprocal_rank_fusion
+from ..index.names import without_names
 from ..llm import LLMError
 from ..llm.rerank import likelihood_relevance
 from .base import EngineContext
@@ -47,6 +48,10 @@ def refine(
     detail: dict[str, Any] = {"structure": asked.describe()}
     if settings.expand_weight > 0 and ranked:
         ranked, detail["expansion"] = expand(ctx, query, query_vector, ranked, rank)
+    if settings.each_speaker_weight > 0 and ranked:
+        ranked, speakers = each_speaker(ctx, table, query, ranked, rank)
+        if speakers:
+            detail["speakers"] = speakers
     ranked = structural_boost(table, ranked, asked, settings.speaker_boost, settings.date_boost, settings.said_boost)
     if settings.attribute_weight > 0 and ranked:
         ranked, attribute = attribute_first(ctx, query, ranked, said)
@@ -118,6 +123,33 @@ def expand(
         [[i for i, _ in ranked], [i for i, _ in second]], k=ctx.settings.rrf_k, weights=[1.0, settings.expand_weight]
     )
     return [(int(i), s) for i, s in fused], {"terms": terms[:12]}
+
+
+def each_speaker(
+    ctx: EngineContext, table: TurnTable, query: str, ranked: Ranked, rank: Rank
+) -> tuple[Ranked, dict[str, str]]:
+    """Questions over several people ("What do Jon and Gina both like?"; E-mem's gathering of what each one said):
+    for each speaker the question names, a second round of the engine's ranking with the other speakers' names
+    taken out, kept to the items that speaker said, fused with the first ranking by reciprocal rank (each at
+    `each_speaker_weight`). Returns the ranking and each speaker's question (empty where fewer than two are named:
+    the ranking is kept)."""
+    named = table.said_by_each(query)
+    if len(named) < 2:
+        return ranked, {}
+    lists, weights, asked = [[i for i, _ in ranked]], [1.0], {}
+    for name, _, said in named:
+        others = set().union(*(forms for other, forms, _ in named if other != name))
+        alone = without_names(query, others)
+        if not alone or not said:
+            continue
+        own = [i for i, _ in rank(alone, ctx.embed_query(alone)) if table.position.get(i) in said]
+        lists.append(own)
+        weights.append(ctx.settings.each_speaker_weight)
+        asked[name] = alone
+    if not asked:
+        return ranked, {}
+    fused = reciprocal_rank_fusion(lists, k=ctx.settings.rrf_k, weights=weights)
+    return [(int(i), s) for i, s in fused], asked
 
 
 def rerank(ctx: EngineContext, query: str, ranked: Ranked) -> Ranked:
@@ -209,6 +241,7 @@ def _held(view: object) -> dict[int, np.ndarray]:
 __all__ = [
     "Rank",
     "attribute_first",
+    "each_speaker",
     "expand",
     "feedback_terms",
     "fuse_head",

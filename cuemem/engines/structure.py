@@ -24,7 +24,14 @@ from typing import Any
 
 from ..index.budget import session_key
 from ..index.dates import DateSpan, format_day, parse_timestamp, query_window, resolve_relative
-from ..index.names import PersonIndex, candidate_names, named_speaker, normalise_name, speaker_index
+from ..index.names import (
+    PersonIndex,
+    candidate_names,
+    named_speaker,
+    named_speakers,
+    normalise_name,
+    speaker_index,
+)
 from ..types import Hit, Turn
 
 FORM = 2  # items written with structure; older items (text "[date] speaker: words") are shown as stored
@@ -162,6 +169,14 @@ class TurnTable:
         if named is None:
             return frozenset()
         return frozenset().union(*(self.said_by.get(form, frozenset()) for form in named[1]))
+
+    def said_by_each(self, query: str) -> list[tuple[str, set[str], frozenset[int]]]:
+        """Each speaker `query` names (`index.names.named_speakers`): its name, the forms it goes by and the
+        positions of the items it said."""
+        return [
+            (name, forms, frozenset().union(*(self.said_by.get(form, frozenset()) for form in forms)))
+            for name, forms in named_speakers(query, self.speaker_people)
+        ]
 
     def about(self, people: dict[str, float], query: str) -> frozenset[int]:
         """The items said by or naming the people a question refers to: every form of each matched person (its

@@ -46,9 +46,11 @@ __all__ = [
     "is_generic_label",
     "name_similarity",
     "named_speaker",
+    "named_speakers",
     "nickname_group",
     "normalise_name",
     "speaker_index",
+    "without_names",
 ]
 
 DEFAULT_THRESHOLD = 0.85
@@ -468,13 +470,42 @@ def speaker_index(speakers: Iterable[Any]) -> PersonIndex | None:
     return PersonIndex.build(named) if len(named) >= 2 else None
 
 
-def named_speaker(question: str, people: PersonIndex | None) -> tuple[str, set[str]] | None:
-    """The one speaker that `question` names, with the forms it goes by ("Melanie", "Mel"), among `people`, a
-    `speaker_index` of a conversation's speakers (None: fewer than two have names); None where it names none or
-    several."""
+def named_speakers(question: str, people: PersonIndex | None) -> list[tuple[str, set[str]]]:
+    """Every speaker that `question` names, each with the forms it goes by ("Melanie", "Mel"), among `people`, a
+    `speaker_index` of a conversation's speakers (None: fewer than two have names, so none is named)."""
     if people is None:
-        return None
+        return []
     named = [p for p, score in people.match_query(question).items() if score >= SPEAKER_MATCH]
-    if len(named) != 1:
-        return None
-    return named[0], {named[0], *people.aliases(named[0])}
+    return [(p, {p, *people.aliases(p)}) for p in named]
+
+
+def named_speaker(question: str, people: PersonIndex | None) -> tuple[str, set[str]] | None:
+    """The one speaker that `question` names (`named_speakers`); None where it names none or several."""
+    named = named_speakers(question, people)
+    return named[0] if len(named) == 1 else None
+
+
+_TOKEN = re.compile(r"[^\W_][\w'’.-]*")
+
+
+def without_names(text: str, forms: Iterable[str]) -> str:
+    """`text` with every run of up to three words whose normalised form is one of `forms` taken out (possessives
+    too): "What do Jon and Gina both like?" without Gina -> "What do Jon and both like?"."""
+    wanted = {normalise_name(f) for f in forms} - {""}
+    if not isinstance(text, str) or not wanted:
+        return text if isinstance(text, str) else ""
+    tokens = list(_TOKEN.finditer(text[:MAX_TEXT]))
+    cut: list[tuple[int, int]] = []
+    i = 0
+    while i < len(tokens):
+        for n in (3, 2, 1):
+            run = tokens[i : i + n]
+            if len(run) == n and normalise_name(" ".join(m.group() for m in run)) in wanted:
+                cut.append((run[0].start(), run[-1].end()))
+                i += n
+                break
+        else:
+            i += 1
+    for start, end in reversed(cut):
+        text = text[:start] + text[end:]
+    return re.sub(r"\s+([,;:?!.])", r"\1", re.sub(r"\s+", " ", text)).strip()

@@ -135,7 +135,7 @@ def _replaces(
         if not named_old and later.changes and len(said) > 1:
             # no cue before either value ("X fell through, so Y instead"): a change word and two values of one
             # kind, one of them the earlier turn's, quote the earlier value as the one replaced
-            named_old = said & old
+            named_old = set(said & old)
         new = said - named_old
         if not new or not (new - old) or (old & new):  # no new value, or the earlier one says the new value too
             continue
