@@ -109,6 +109,15 @@ class Settings:
     # the other names, kept to what that speaker said, fused at this weight; 0 = off. Chosen on dev (docs/benchmarks/
     # retrieval.md, "Questions over two speakers").
     each_speaker_weight: float = 2.0
+    # Standing facts (issue 34 item 5, engines/standing.py): for a message (not a question), the turns stating their
+    # speaker's value, goal, state or cause, ranked by similarity to it, fused at this weight; 0 = off. `profile`
+    # fuses its own records instead (ProfileConfig). Chosen on the standing-facts dev half (docs/benchmarks/
+    # profile.md, "Standing facts in every engine").
+    standing_weight: float = 2.0
+    # How many of the standing-fact turns most similar to a message join the fusion.
+    standing_depth: int = 30
+    # The least cosine of a standing-fact turn to a message for it to join (dev: 0 and 0.1 alike, 0.2 worse).
+    standing_floor: float = 0.1
     # The asked attribute (issue 34, index/attribute.py): the top `attribute_depth` hits ordered again by their
     # similarity to the question without the words most of the best three share with it (the goal's name), fused with
     # their order at this weight; 0 = off. Chosen on dev (docs/benchmarks/came.md, "The asked attribute").
@@ -201,11 +210,14 @@ class Settings:
             "rerank_weight",
             "attribute_weight",
             "each_speaker_weight",
+            "standing_weight",
         ):
             if getattr(self, name) < 0:
                 raise CuememError(f"setting {name} must be >= 0, got {getattr(self, name)}")
-        if self.expand_depth < 1 or self.rerank_depth < 1 or self.attribute_depth < 1:
-            raise CuememError("settings expand_depth, rerank_depth and attribute_depth must be >= 1")
+        if self.expand_depth < 1 or self.rerank_depth < 1 or self.attribute_depth < 1 or self.standing_depth < 1:
+            raise CuememError("settings expand_depth, rerank_depth, attribute_depth and standing_depth must be >= 1")
+        if not -1 <= self.standing_floor <= 1:
+            raise CuememError(f"setting standing_floor must be a cosine in [-1, 1], got {self.standing_floor}")
         if self.revise_history not in ("near", "last"):
             raise CuememError(f"setting revise_history must be near or last, got {self.revise_history!r}")
         if self.llm_threads < 0:

@@ -1,6 +1,7 @@
 """The second stages a ranking engine composes after its first ranking (issue 13): pseudo-relevance feedback for
-multi-hop questions, structural boosts (people, dates), the asked attribute (issue 34), current values first
-(issue 34: `current.py`) and model reranking. Each is set by `Settings` and off
+multi-hop questions, a round per speaker a question names, the standing facts a message bears on (`standing.py`),
+structural boosts (people, dates), the asked attribute (issue 34), current values first (issue 34: `current.py`)
+and model reranking. Each is set by `Settings` and off
 where its weight is 0 (reranking: "off"); `hybrid` and `stitch` share them.
 """
 
@@ -21,6 +22,7 @@ from ..llm import LLMError
 from ..llm.rerank import likelihood_relevance
 from .base import EngineContext
 from .current import Said, current_first
+from .standing import standing_first
 from .structure import QueryStructure, TurnTable, hit_text, structural_boost
 
 log = logging.getLogger(__name__)
@@ -38,10 +40,12 @@ def refine(
     ranked: Ranked,
     rank: Rank,
     said: Said | None = None,
+    standing: bool = True,
 ) -> tuple[Ranked, dict[str, Any]]:
     """Expansion, then structure, then reranking, over an engine's first ranking of `space` (best first). Returns
     the new ranking and what each stage saw (for the hits' detail). `said` gives an item's words as its turn said
-    them, for an engine that stores a summary (current values first reads those)."""
+    them, for an engine that stores a summary (current values first reads those). `standing`: whether the standing
+    facts join (an engine that keeps its own records of them, `profile`, fuses those instead)."""
     settings = ctx.settings
     table = turn_table(ctx, space)
     asked = QueryStructure.read(query, table, ctx.now)
@@ -52,6 +56,10 @@ def refine(
         ranked, speakers = each_speaker(ctx, table, query, ranked, rank)
         if speakers:
             detail["speakers"] = speakers
+    if standing:
+        ranked, facts = standing_first(ctx, space, query, query_vector, ranked, said)
+        if facts:
+            detail["standing"] = facts
     ranked = structural_boost(table, ranked, asked, settings.speaker_boost, settings.date_boost, settings.said_boost)
     if settings.attribute_weight > 0 and ranked:
         ranked, attribute = attribute_first(ctx, query, ranked, said)

@@ -26,6 +26,7 @@ import numpy as np
 from ...config import beside_store
 from ...index.dates import parse_timestamp
 from ...index.fusion import reciprocal_rank_fusion
+from ...index.standing import bears_on_self
 from ...store.base import DerivedSpec
 from ...types import Hit, Turn
 from ..base import BaseEngine, EngineContext, variant_name
@@ -52,21 +53,6 @@ PERSONAL = re.compile(
     r"suggest\w*|advice|tips|now|currently|current|these days|anymore|still|usually)\b",
     re.IGNORECASE,
 )
-
-# A message (not a question) or a question about oneself: the standing facts (values, goals, states, causes) may
-# bear on it.
-SELF = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|our|us)\b", re.IGNORECASE)
-QUESTION = re.compile(
-    r"\?\s*$|^\s*(?:what|when|where|who|whom|whose|which|why|how|did|does|do|is|are|was|were|can|could|would|will|"
-    r"should|has|have|had)\b",
-    re.IGNORECASE,
-)
-
-
-def bears_on_self(query: str, gate: str = "message") -> bool:
-    """Whether standing facts may bear on a query: a message rather than a question ("message"), or also a question
-    in the first person ("self")."""
-    return not QUESTION.search(query) or (gate == "self" and bool(SELF.search(query)))
 
 
 class ProfileEngine(BaseEngine):
@@ -322,6 +308,7 @@ class ProfileEngine(BaseEngine):
             vector,
             fused_ranking(ctx, space, query, vector, depth),
             lambda text, v: fused_ranking(ctx, space, text, v, depth),
+            standing=False,  # its own records of the standing facts are fused below
         )
         turn_hits = ctx.hits_from_items(ranked[: max(k, depth)], self.name)
         for hit in turn_hits:

@@ -9,7 +9,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-STANDING_TYPES = ("value", "goal", "state", "cause")  # standing facts: a whole first-person sentence each
+from ...index.standing import STANDING_TYPES
+
 RECORD_TYPES = ("preference", "profile", "episodic", "summary", "tool_result", *STANDING_TYPES)
 _ARTICLE = re.compile(r"^(?:a|an|the|my|our|some|this|that|these|those)\s+", re.IGNORECASE)
 _SPACE = re.compile(r"\s+")

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import CuememError
+from ...index.standing import NO_STANDING, SENTENCE, Standing, StandingCueError, parse_standing
 from ...types import Turn
-from .records import RECORD_TYPES, STANDING_TYPES, Candidate, normalise
+from .records import RECORD_TYPES, Candidate, normalise
 
-SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 MAX_VALUE_WORDS = 12
 MAX_SPAN = 300
 # A value that only points elsewhere says nothing on its own.
@@ -80,25 +80,6 @@ class Rule:
     key: str = ""
     polarity: int = 1
     update: bool = False
-
-
-@dataclass(frozen=True)
-class Standing:
-    """Cues of standing facts (issue 34): a sentence about oneself (`own` matches, `other` does not) that states
-    a cause, goal, state or value (`cues`, checked in order) is kept whole as a record of that type."""
-
-    own: re.Pattern[str]
-    other: re.Pattern[str]
-    cues: tuple[tuple[str, re.Pattern[str]], ...]
-
-    def kind(self, sentence: str) -> str:
-        """The standing type a sentence states, "" for none."""
-        if not self.own.search(sentence) or self.other.search(sentence):
-            return ""
-        return next((kind for kind, cue in self.cues if cue.search(sentence)), "")
-
-
-NO_STANDING = Standing(re.compile(r"(?!x)x"), re.compile(r"(?!x)x"), ())
 
 
 @dataclass(frozen=True)
@@ -251,23 +232,8 @@ def parse_rules(data: Any, where: str = "rule table") -> RuleTable:
         cues = re.compile(str(data.get("update_cues", r"(?!x)x")), re.IGNORECASE)
     except re.error as exc:
         raise RuleTableError(f"{where}: update_cues does not compile: {exc}") from exc
-    return RuleTable(tuple(rules), cues, parse_standing(data.get("standing"), where))
-
-
-def parse_standing(data: Any, where: str) -> Standing:
-    """The table's `standing` block ({"self": re, "other": re, "types": {type: [re, ...]}}); none without one."""
-    if data is None:
-        return NO_STANDING
-    if not isinstance(data, dict) or not isinstance(data.get("types"), dict):
-        raise RuleTableError(f"{where}: 'standing' must be an object with an object 'types'")
     try:
-        own = re.compile(str(data.get("self", r"\bI\b")), re.IGNORECASE)
-        other = re.compile(str(data.get("other", r"(?!x)x")), re.IGNORECASE)
-        cues = []
-        for kind, patterns in data["types"].items():
-            if kind not in STANDING_TYPES:
-                raise RuleTableError(f"{where}: standing type {kind!r}; types: {', '.join(STANDING_TYPES)}")
-            cues += [(kind, re.compile(str(p), re.IGNORECASE)) for p in patterns]
-    except re.error as exc:
-        raise RuleTableError(f"{where}: a standing cue does not compile: {exc}") from exc
-    return Standing(own, other, tuple(cues))
+        standing = parse_standing(data.get("standing"), where)
+    except StandingCueError as exc:
+        raise RuleTableError(str(exc)) from exc
+    return RuleTable(tuple(rules), cues, standing)

@@ -33,7 +33,7 @@ class ProfileConfig:
     other_weight: float = 0.5  # the same for every other question (LoCoMo dev: R@10 equal to 0, R@budget +0.003)
     record_depth: int = 30  # records read from the record ranking before fusion
     # weight of the standing facts' own ranking (values, goals, states, causes; issue 34) beside the turns', for a
-    # message, or a question in the first person (engine.bears_on_self); 0 = standing facts never join the hits.
+    # message, or a question in the first person (index.standing.bears_on_self); 0 = standing facts never join the hits.
     # Standing-facts dev half (20 messages), EmbeddingGemma, R@1 / R@10: 0 -> 0.20 / 0.50, 1 -> 0.55 / 0.85,
     # 2 -> 0.60 / 0.90, 3 as 2 (first-person gate alone: 1 -> 0.55 / 0.75, 2, 3, 5 -> 0.60 / 0.75)
     standing_weight: float = 2.0
