@@ -10,7 +10,7 @@ from conftest import open_memory
 
 from cuemem.config import Settings
 from cuemem.engines.profile import RuleTableError, parse_rules
-from cuemem.engines.standing import standing_pool
+from cuemem.engines.refine import turn_table
 from cuemem.errors import CuememError
 from cuemem.index.standing import StandingCueError, bears_on_self, parse_standing, shipped_standing
 from cuemem.types import Namespace
@@ -77,23 +77,27 @@ def test_a_message_brings_back_the_standing_fact_it_bears_on(tmp_path: Path, eng
     assert ranks[2.0] == 0 < ranks[0.0]  # the one statement of a standing fact, first once the stage joins
 
 
-def test_the_pool_grows_with_adds_and_forgets_a_deleted_turn(tmp_path: Path) -> None:
-    with open_memory(tmp_path / "p.db", "hybrid") as memory:
+@pytest.mark.parametrize("engine", ["hybrid", "stitch", "scg", "episodic"])
+def test_the_pool_is_read_at_ingest_grows_with_adds_and_forgets_a_deleted_turn(tmp_path: Path, engine: str) -> None:
+    with open_memory(tmp_path / "p.db", engine) as memory:
         memory.add(DINNERS, user_id="u", session_id="a")
         ns = memory.store.namespace_id(Namespace("u"))
+        space = {"hybrid": "turn", "stitch": "stitch:step"}.get(engine) or memory.engine.space("turn")
 
-        def pool() -> set[str]:
+        def pool() -> dict[str, str]:
             ctx = memory._indexer.context(ns, Namespace("u"))
-            kinds = standing_pool(ctx, "turn")
-            return {t for found in memory.store.get_items(ns, list(kinds)).values() for t in found.turn_ids}
+            memory.search("warm up", user_id="u", k=1)  # the engine catches its index up
+            table = turn_table(ctx, space)
+            found = memory.store.get_items(ns, [table.ids[p] for p in table.standing])
+            return {found[table.ids[p]].turn_ids[0]: kind for p, kind in table.standing.items()}
 
-        assert pool() == {"s1"}
+        assert pool() == {"s1": "value"}
         memory.add(
             [{"id": "s2", "speaker": "Ben", "text": "I'm trying to run a half marathon this spring."}], user_id="u"
         )
-        assert pool() == {"s1", "s2"}  # grown by the new turn
+        assert pool() == {"s1": "value", "s2": "goal"}  # grown by the new turn
         memory.delete("s1", user_id="u")
-        assert pool() == {"s2"}
+        assert pool() == {"s2": "goal"}
         assert "s1" not in memory.search(MESSAGE, user_id="u", k=10).turn_ids
 
 

@@ -57,7 +57,7 @@ def refine(
         if speakers:
             detail["speakers"] = speakers
     if standing:
-        ranked, facts = standing_first(ctx, space, query, query_vector, ranked, said)
+        ranked, facts = standing_first(ctx, table, query, query_vector, ranked)
         if facts:
             detail["standing"] = facts
     ranked = structural_boost(table, ranked, asked, settings.speaker_boost, settings.date_boost, settings.said_boost)

@@ -32,6 +32,7 @@ from ..index.names import (
     normalise_name,
     speaker_index,
 )
+from ..index.standing import STANDING_TYPES, shipped_standing
 from ..types import Hit, Turn
 
 FORM = 2  # items written with structure; older items (text "[date] speaker: words") are shown as stored
@@ -41,11 +42,12 @@ MAX_CLUSTERED = 60  # the most often mentioned names clustered into people (pair
 
 
 def turn_fields(turn: Turn) -> dict[str, Any]:
-    """An item's structured fields for a turn: session, speaker, raw and canonical date, resolved relative dates
-    and the people it names."""
+    """An item's structured fields for a turn: session, speaker, raw and canonical date, resolved relative dates,
+    the people it names, and the standing fact it states, if any (`index.standing`: its speaker's value, goal,
+    state or cause)."""
     when = parse_timestamp(turn.timestamp) if turn.timestamp else None
     spans = resolve_relative(turn.text, when)[:MAX_SPANS] if when is not None else []
-    return {
+    fields: dict[str, Any] = {
         "form": FORM,
         "session_id": turn.session_id,
         "speaker": turn.speaker,
@@ -54,6 +56,10 @@ def turn_fields(turn: Turn) -> dict[str, Any]:
         "dates": [[s.start.isoformat(), s.end.isoformat(), s.granularity, s.phrase] for s in spans],
         "people": candidate_names(turn.text)[:MAX_PEOPLE],
     }
+    standing = shipped_standing().of_text(turn.text)
+    if standing:  # most turns state none: no key
+        fields["standing"] = standing
+    return fields
 
 
 def hit_text(words: str, meta: dict[str, Any]) -> str:
@@ -103,9 +109,10 @@ class TurnTable:
     speakers: list[str] = field(default_factory=list)  # in order of first appearance
     mentioned: Counter[str] = field(default_factory=Counter)  # names the items mention, with their counts
     said_by: dict[str, frozenset[int]] = field(default_factory=dict)  # a speaker -> the items they said
+    standing: dict[int, str] = field(default_factory=dict)  # position -> the standing fact type its turn states
 
     # The metadata a table is built from (Store.space_metas reads only these).
-    KEYS = ("speaker", "people", "date", "dates", "timestamp", "form")
+    KEYS = ("speaker", "people", "date", "dates", "timestamp", "form", "standing")
 
     @classmethod
     def build(cls, metas: dict[int, dict[str, Any]]) -> TurnTable:
@@ -128,8 +135,11 @@ class TurnTable:
         said_by: dict[str, set[int]] = {}
         forms: dict[str, str] = {}  # this call's: the same few speakers and names recur on every turn
         spans, unparsed = list(self.spans), self.unparsed
+        standing = dict(self.standing)
         for pos, i in enumerate(ids, start=len(self.ids)):
             meta = metas[i]
+            if meta.get("standing") in STANDING_TYPES:
+                standing[pos] = str(meta["standing"])
             said_by.setdefault(str(meta.get("speaker") or ""), set()).add(pos)
             for name in [str(meta.get("speaker") or ""), *(meta.get("people") or [])]:
                 form = forms.get(name)
@@ -154,7 +164,9 @@ class TurnTable:
             said[speaker] = said.get(speaker, frozenset()) | items
         position = dict(self.position)
         position.update((item, n) for n, item in enumerate(ids, start=len(self.ids)))
-        return TurnTable([*self.ids, *ids], position, people, frozen, spans, unparsed, speakers, mentioned, said)
+        return TurnTable(
+            [*self.ids, *ids], position, people, frozen, spans, unparsed, speakers, mentioned, said, standing
+        )
 
     @cached_property
     def speaker_people(self) -> PersonIndex | None:
