@@ -137,6 +137,26 @@ def test_spacy_loads_without_torch_and_torch_still_imports_after():
     assert second == "0.0"
 
 
+@no_store
+def test_spacy_prefetched_in_the_background_loads_once_and_without_torch():
+    """A search starts loading spaCy in the background while the embedder loads (a fresh CLI process overlaps the
+    two): a caller that asks meanwhile waits for that one load, and the background load keeps torch out too."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from cuemem.engines.stitch import analysis\n"
+        "analysis.prefetch_spacy()\n"
+        "nlp = analysis.load_spacy()\n"
+        "analysis.prefetch_spacy()  # loaded: no second thread\n"
+        "print(analysis._load_spacy.cache_info().misses, 'torch' in sys.modules, nlp is analysis.load_spacy())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "1 False True"
+
+
 def test_vocabulary_merge_folds_synonyms_into_the_older_label():
     vocab = Vocabulary("event")
     for word in ["buy", "buy", "paint", "purchase", "acquire"]:

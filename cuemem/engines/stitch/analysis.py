@@ -10,8 +10,9 @@ from __future__ import annotations
 import importlib.abc
 import re
 import sys
+import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -155,9 +156,30 @@ def _thinc_without_torch() -> Iterator[None]:
         sys.meta_path.remove(finder)
 
 
-@lru_cache(maxsize=1)
+_SPACY_LOCK = threading.Lock()
+
+
 def load_spacy() -> Any:
     """The shipped spaCy pipeline (loaded once per process; a model is read-only state), without torch."""
+    with _SPACY_LOCK:  # one load, whichever thread asks first (`prefetch_spacy`)
+        return _load_spacy()
+
+
+def prefetch_spacy() -> None:
+    """Start loading the pipeline in the background, if it is not loaded yet: a search that loads the embedder
+    first (a fresh CLI process) overlaps the two loads. A failure is left for `load_spacy` to raise."""
+    if _load_spacy.cache_info().currsize:
+        return
+
+    def load() -> None:
+        with suppress(CuememError):
+            load_spacy()
+
+    threading.Thread(target=load, name="cuemem-spacy-load", daemon=True).start()
+
+
+@lru_cache(maxsize=1)
+def _load_spacy() -> Any:
     try:
         with _thinc_without_torch():
             import spacy

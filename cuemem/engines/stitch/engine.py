@@ -28,7 +28,7 @@ from ..current import hit_detail
 from ..hop import GoalGraph, Goals, HopSettings, hop_ranking, path_details
 from ..refine import refine, turn_table
 from ..structure import hit_text, turn_fields, with_header_tokens
-from .analysis import StepAnalysis, analyze_steps, wanted_types
+from .analysis import StepAnalysis, analyze_steps, prefetch_spacy, wanted_types
 from .labellers import MODEL_WINDOW, Labeller, ModelFreeLabeller, ModelLabeller, Step
 from .scope import OpenSegment, centroid
 from .state import GOALS, STATE, IngestState, StitchConfig
@@ -338,6 +338,7 @@ class StitchEngine(BaseEngine):
         if n == 0 or k <= 0:
             return []
         step_space = self.space("step")
+        prefetch_spacy()  # a fresh process loads spaCy while the embedder loads for the query's vector
         query_vector = ctx.embed_query(query)
         asked = analyze_query(query)
         events, types = self.labeller(ctx).query_filter(state, query, query_vector, asked)
