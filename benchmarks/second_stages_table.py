@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,8 @@ def figures(folder: Path, engine: str, category: str | None, speakers: dict[str,
             names = speakers.get(checkpoint["conversation"])
             for q in checkpoint["questions"]:
                 text = questions[checkpoint["conversation"]][int(q["id"].split("#")[1])]["question"]
-                if names and q["evidence"] and str(q["category"]) != "5" and all(n in text for n in names):
+                named = names and all(re.search(rf"\b{re.escape(n)}\b", text) for n in names)
+                if named and q["evidence"] and str(q["category"]) != "5":
                     both.append(q["recall@10"])
         row["both"] = sum(both) / len(both) if both else None
     return row

@@ -97,6 +97,13 @@ def test_an_old_value_quoted_with_no_cue_before_it_is_the_one_replaced() -> None
     # a change word, but neither value is the earlier turn's: nothing is quoted as replaced
     other = [texts[0], ("2", "Now the choir sings at 5 pm and 8 pm.")]
     assert _chains(other, _recurring("okafor")) == {}
+    # "now", "not": said of values that stand as well, so the earlier value is not taken as replaced
+    for kept in (
+        "The Okafor recital still starts at 6 pm, but now the reception is at 8 pm.",
+        "The Okafor recital is at 6 pm, not sure if the reception is at 8 pm.",
+        "Now I remember: the Okafor recital is at 6 pm and the dinner at 8 pm.",
+    ):
+        assert _chains([texts[0], ("2", kept)], _recurring("okafor")) == {}, kept
 
 
 def test_numbered_goals_do_not_mix() -> None:

@@ -96,7 +96,11 @@ def test_the_pool_is_read_at_ingest_grows_with_adds_and_forgets_a_deleted_turn(t
             [{"id": "s2", "speaker": "Ben", "text": "I'm trying to run a half marathon this spring."}], user_id="u"
         )
         assert pool() == {"s1": "value", "s2": "goal"}  # grown by the new turn
+        memory.search(MESSAGE, user_id="u", k=3)  # the standing facts' vectors are kept for the next message
+        kept = f"standing-vectors:{memory.embedder.name}"
+        assert memory._indexer.indexes.latest_view(ns, kept) is not None
         memory.delete("s1", user_id="u")
+        assert memory._indexer.indexes.latest_view(ns, kept) is None  # gone from memory with the delete
         assert pool() == {"s2": "goal"}
         assert "s1" not in memory.search(MESSAGE, user_id="u", k=10).turn_ids
 

@@ -28,6 +28,7 @@ from .structure import QueryStructure, TurnTable, hit_text, structural_boost
 log = logging.getLogger(__name__)
 
 Ranked = list[tuple[int, float]]
+MAX_SPEAKERS = 4  # the speakers of one question given a round of their own (each costs a ranking and an embedding)
 # A first-stage ranking for a (query text, query vector): the engine's own, run again for a second round.
 Rank = Callable[[str, np.ndarray], Ranked]
 
@@ -42,7 +43,8 @@ def refine(
     said: Said | None = None,
     standing: bool = True,
 ) -> tuple[Ranked, dict[str, Any]]:
-    """Expansion, then structure, then reranking, over an engine's first ranking of `space` (best first). Returns
+    """Expansion, a round per speaker named, standing facts, then structure, the asked attribute, current values
+    first and reranking, over an engine's first ranking of `space` (best first). Returns
     the new ranking and what each stage saw (for the hits' detail). `said` gives an item's words as its turn said
     them, for an engine that stores a summary (current values first reads those). `standing`: whether the standing
     facts join (an engine that keeps its own records of them, `profile`, fuses those instead)."""
@@ -137,11 +139,11 @@ def each_speaker(
     ctx: EngineContext, table: TurnTable, query: str, ranked: Ranked, rank: Rank
 ) -> tuple[Ranked, dict[str, str]]:
     """Questions over several people ("What do Jon and Gina both like?"; E-mem's gathering of what each one said):
-    for each speaker the question names, a second round of the engine's ranking with the other speakers' names
-    taken out, kept to the items that speaker said, fused with the first ranking by reciprocal rank (each at
-    `each_speaker_weight`). Returns the ranking and each speaker's question (empty where fewer than two are named:
-    the ranking is kept)."""
-    named = table.said_by_each(query)
+    for each speaker the question names (the first MAX_SPEAKERS), a second round of the engine's ranking with the
+    other speakers' names taken out, kept to the items that speaker said, fused with the first ranking by reciprocal
+    rank (each at `each_speaker_weight`). Returns the ranking and each speaker's question (empty where fewer than
+    two are named: the ranking is kept)."""
+    named = table.said_by_each(query)[:MAX_SPEAKERS]
     if len(named) < 2:
         return ranked, {}
     lists, weights, asked = [[i for i, _ in ranked]], [1.0], {}

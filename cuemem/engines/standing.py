@@ -34,12 +34,9 @@ def standing_first(
     if settings.standing_weight <= 0 or not ranked or not table.standing or not bears_on_self(query):
         return ranked, None
     kinds = {table.ids[pos]: kind for pos, kind in table.standing.items()}
-    vectors = ctx.store.item_vectors(ctx.ns, ctx.embedder.name, list(kinds))
-    if not vectors:
+    ids, matrix = _standing_vectors(ctx, table, list(kinds))
+    if not ids:
         return ranked, None
-    ids = list(vectors)
-    matrix = np.stack([vectors[i] for i in ids]).astype(np.float32)
-    matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
     asked = np.asarray(query_vector, dtype=np.float32)
     similarity = matrix @ (asked / max(float(np.linalg.norm(asked)), 1e-12))
     order = np.argsort(-similarity, kind="stable")[: settings.standing_depth]
@@ -53,6 +50,24 @@ def standing_first(
     for i in found:
         types[kinds[i]] = types.get(kinds[i], 0) + 1
     return [(int(i), s) for i, s in fused], {"facts": len(found), "types": dict(sorted(types.items()))}
+
+
+def _standing_vectors(ctx: EngineContext, table: TurnTable, items: list[int]) -> tuple[list[int], np.ndarray]:
+    """The standing-fact items that have a vector, and their vectors normalised: kept in the namespace's
+    in-memory state until the table grows (a delete drops that state), not read again for every message."""
+    name = f"standing-vectors:{ctx.embedder.name}"
+    version = (ctx.store.epoch(ctx.ns), len(table.ids))
+    kept = ctx.indexes.view(ctx.ns, name, version)
+    if isinstance(kept, tuple):
+        return kept
+    vectors = ctx.store.item_vectors(ctx.ns, ctx.embedder.name, items)
+    ids = [i for i in items if i in vectors]
+    if not ids:
+        return [], np.zeros((0, 0), dtype=np.float32)
+    matrix = np.stack([vectors[i] for i in ids]).astype(np.float32)
+    matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+    ctx.indexes.keep_view(ctx.ns, name, version, (ids, matrix))
+    return ids, matrix
 
 
 __all__ = ["standing_first"]

@@ -132,9 +132,10 @@ def _replaces(
         if not said:
             continue
         named_old = {v for v in said if (kind, v) in later.replaced}
-        if not named_old and later.changes and len(said) > 1:
-            # no cue before either value ("X fell through, so Y instead"): a change word and two values of one
-            # kind, one of them the earlier turn's, quote the earlier value as the one replaced
+        if not named_old and later.revises and len(said) > 1:
+            # no cue before either value ("X fell through, so Y instead"): a word saying a value was replaced and
+            # two values of one kind, one of them the earlier turn's, quote the earlier value as the one replaced
+            # ("now", "not" are not enough: "it still starts at 6 pm, but now the reception is at 8 pm")
             named_old = set(said & old)
         new = said - named_old
         if not new or not (new - old) or (old & new):  # no new value, or the earlier one says the new value too

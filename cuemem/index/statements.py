@@ -75,6 +75,9 @@ CHANGE_WORDS = frozenset(
         "revise",
     ]
 )
+# The change words that say a value was replaced ("instead", "scrap", "fell through ... instead"), not merely that
+# something holds now ("now", "not", "new", "correct" are also said of values that stand).
+REVISE_WORDS = CHANGE_WORDS - {"now", "not", "new", "correct"}
 # Words just before a value that name it as the one replaced ("not X", "instead of X", "forget X", "from X").
 OLD_CUES = frozenset(
     ["not", "instead", "from", "forget", "scrap", "scratch", "drop", "cancel", "than", "replacing", "no"]
@@ -96,6 +99,7 @@ class Statement:
         frozenset()
     )  # (kind, value) it names as the old one ("not X", "instead of X")
     opener: str = ""  # a capitalised word opening the turn: a name or a verb ("Put", "Book"); an anchor only alone
+    revises: bool = False  # says a word of REVISE_WORDS: a value of it was replaced
 
     def anchors(self, recurring: Callable[[str], bool], inside: frozenset[str] = frozenset()) -> frozenset[str]:
         """The goal anchors: its numbered nouns and the words of its recurring names; failing those, the word that
@@ -204,6 +208,7 @@ def read_statement(text: str) -> Statement:
         bool(words & CHANGE_WORDS),
         frozenset(replaced),
         opener,
+        bool(words & REVISE_WORDS),
     )
 
 
@@ -249,6 +254,7 @@ def stored_reading(text: str) -> dict[str, Any]:
         "changes": statement.changes,
         "replaced": sorted(statement.replaced),
         "opener": statement.opener,
+        "revises": statement.revises,
     }
 
 
@@ -266,6 +272,7 @@ def reading_of(text: str, stored: Any = None) -> Statement:
                 bool(stored["changes"]),
                 frozenset((str(kind), str(v)) for kind, v in stored["replaced"]),
                 str(stored["opener"]),
+                bool(stored["revises"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             pass  # a damaged record: read the text again

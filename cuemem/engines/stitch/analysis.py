@@ -132,12 +132,14 @@ class StepAnalysis:
 
 
 class _NoTorchForThinc(importlib.abc.MetaPathFinder):
-    """Refuses `import torch` to spaCy's thinc only: thinc imports torch when it is installed (~2 s and ~180 MB on
-    2 cores) to offer it as a backend that the shipped pipeline (a numpy CNN) never uses. Any other importer, in
-    any thread, gets torch as usual."""
+    """Refuses `import torch` to spaCy's thinc while this module loads spaCy: thinc imports torch when it is
+    installed (~2 s and ~180 MB on 2 cores) to offer it as a backend that the shipped pipeline (a numpy CNN) never
+    uses. Any other importer, in any thread, gets torch as usual, and so does thinc outside the load."""
+
+    loading = 0  # spaCy loads in progress (under _SPACY_LOCK: one at a time)
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name == "torch" or name.startswith("torch."):
+        if self.loading and (name == "torch" or name.startswith("torch.")):
             frame = sys._getframe(1)
             while frame is not None:
                 if str(frame.f_globals.get("__name__", "")).startswith("thinc"):
@@ -146,17 +148,24 @@ class _NoTorchForThinc(importlib.abc.MetaPathFinder):
         return None
 
 
+# Installed once, when this module is imported, and never removed: taking a finder out of sys.meta_path while
+# another thread walks it (an import beside a background load) can skip the finder after it.
+_FINDER = _NoTorchForThinc()
+sys.meta_path.insert(0, _FINDER)
+
+
 @contextmanager
 def _thinc_without_torch() -> Iterator[None]:
-    finder = _NoTorchForThinc()
-    sys.meta_path.insert(0, finder)
+    _FINDER.loading += 1
     try:
         yield
     finally:
-        sys.meta_path.remove(finder)
+        _FINDER.loading -= 1
 
 
 _SPACY_LOCK = threading.Lock()
+_PREFETCHING = False  # a background load was started (read and set under _PREFETCH_GUARD)
+_PREFETCH_GUARD = threading.Lock()
 
 
 def load_spacy() -> Any:
@@ -166,13 +175,16 @@ def load_spacy() -> Any:
 
 
 def prefetch_spacy() -> None:
-    """Start loading the pipeline in the background, if it is not loaded yet: a search that loads the embedder
-    first (a fresh CLI process) overlaps the two loads. A failure is left for `load_spacy` to raise."""
-    if _load_spacy.cache_info().currsize:
-        return
+    """Start loading the pipeline in the background, once, if it is not loaded yet: a search that loads the
+    embedder first (a fresh CLI process) overlaps the two loads. A failure is left for `load_spacy` to raise."""
+    global _PREFETCHING
+    with _PREFETCH_GUARD:
+        if _PREFETCHING or _load_spacy.cache_info().currsize:
+            return
+        _PREFETCHING = True
 
     def load() -> None:
-        with suppress(CuememError):
+        with suppress(Exception):  # load_spacy raises it again, in the caller's thread, when it is needed
             load_spacy()
 
     threading.Thread(target=load, name="cuemem-spacy-load", daemon=True).start()
