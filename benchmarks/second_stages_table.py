@@ -3,10 +3,10 @@ over two speakers (refine.each_speaker) and standing facts in every engine (engi
 bench` output directories, into a result file of BENCHMARKS.md (benchmarks/results/retrieval-second-stages.json):
 
     python benchmarks/second_stages_table.py --date 2026-11-27 --commit abc1234 \\
-        "look-alike S+M|dev (chosen on)|bench-out/cames-0|bench-out/rq-came-dev" \\
+        "look-alike S+M|dev (chosen on)|bench-out/cames-0|bench-out/rq2-came-dev" \\
         "LoCoMo|dev (chosen on)|bench-out/attrs-0|bench-out/es-loc-2" \\
-        "look-alike S+M|test (reported)|bench-out/came-test-attr|bench-out/r2-came-test" \\
-        "LoCoMo|test (reported)|bench-out/locomo-test-attr|bench-out/r3-locomo-test" \\
+        "look-alike S+M|test (reported)|bench-out/came-test-attr|bench-out/rq2-came-test" \\
+        "LoCoMo|test (reported)|bench-out/locomo-test-attr|bench-out/r4-locomo-test" \\
         "standing facts|dev half (chosen on)|bench-out/sf-base|bench-out/sf-final|standing-dev" \\
         "standing facts|test half (reported)|bench-out/sf-base|bench-out/sf-final|standing-test"
 
@@ -121,15 +121,15 @@ def main() -> None:
                 "machine": "2 cores, 24 GiB, Linux x86_64, Python 3.11.7; two benchmark runs sharing it",
                 "command": (
                     "cuemem bench came --size S,M --seed 0-3 --engines stitch,hybrid --embed-cache "
-                    "bench-out/came-embed-dev.db --max-questions 120 --out bench-out/rq-came-dev\n"
+                    "bench-out/came-embed-dev.db --max-questions 120 --out bench-out/rq2-came-dev\n"
                     "cuemem bench locomo --split dev --engines stitch,hybrid --embed-cache "
                     "bench-out/embed-cache-locomo.db --out bench-out/es-loc-2\n"
                     "python benchmarks/standing_facts.py --out bench-out/standing-facts.json\n"
                     "cuemem bench locomo --data bench-out/standing-facts.json --types standing-dev,standing-test "
                     "--engines stitch,hybrid --embed-cache bench-out/embed-cache-locomo.db --out bench-out/sf-final\n"
-                    "# test: --seed 100-102 --out bench-out/r2-came-test, --split test --out bench-out/r3-locomo-test; "
-                    "before: runs a34 (bench-out/cames-0, attrs-0, came-test-attr, locomo-test-attr) and "
-                    "CUEMEM_STANDING_WEIGHT=0 (bench-out/sf-base)\n"
+                    "# test: --seed 100-102 --out bench-out/rq2-came-test, --split test "
+                    "--out bench-out/r4-locomo-test; before: runs a34 (bench-out/cames-0, attrs-0, "
+                    "came-test-attr, locomo-test-attr) and CUEMEM_STANDING_WEIGHT=0 (bench-out/sf-base)\n"
                     "python benchmarks/second_stages_table.py ... (this file's docstring)"
                 ),
                 "commit": args.commit,
@@ -138,10 +138,12 @@ def main() -> None:
                     "Chosen on dev, reported once on test. Sweeps (docs/benchmarks/came.md 'Quoted old values', "
                     "retrieval.md 'Questions over two speakers', profile.md 'Standing facts in every engine'): "
                     "each_speaker_weight 0.5/1/2/4, standing_weight 1/2/3, standing_floor 0/0.1/0.2, and the asked "
-                    "attribute's depth 10/20/30 (kept at 10). The look-alike runs after were made before the "
-                    "standing stage existed (dev also before the speakers' stage): no look-alike question names a "
-                    "speaker (dev rankings identical with that stage on, bench-out/es-came-1) or opens the standing "
-                    "stage (a message, not a question)."
+                    "attribute's depth 10/20/30 (kept at 10). The look-alike and LoCoMo test runs after are those of "
+                    "the final code (d9c1cad, after the review narrowed the quoted old values to words that say a "
+                    "value was replaced: the same figures as the first version on both look-alike splits); LoCoMo "
+                    "dev's is es-loc-2 (18ab031, before the standing stage, which none of its questions opens, and "
+                    "with the first version of the quoted old values, which changed none of its rankings); the "
+                    "standing-facts runs were made at 19a7ebb, the same stage as the final code's."
                 ),
             }
         },
