@@ -77,12 +77,12 @@ def test_a_message_brings_back_the_standing_fact_it_bears_on(tmp_path: Path, eng
     assert ranks[2.0] == 0 < ranks[0.0]  # the one statement of a standing fact, first once the stage joins
 
 
-@pytest.mark.parametrize("engine", ["hybrid", "stitch", "scg", "episodic"])
+@pytest.mark.parametrize("engine", ["hybrid", "stitch"])  # every engine's turn items carry turn_fields
 def test_the_pool_is_read_at_ingest_grows_with_adds_and_forgets_a_deleted_turn(tmp_path: Path, engine: str) -> None:
     with open_memory(tmp_path / "p.db", engine) as memory:
         memory.add(DINNERS, user_id="u", session_id="a")
         ns = memory.store.namespace_id(Namespace("u"))
-        space = {"hybrid": "turn", "stitch": "stitch:step"}.get(engine) or memory.engine.space("turn")
+        space = "turn" if engine == "hybrid" else "stitch:step"
 
         def pool() -> dict[str, str]:
             ctx = memory._indexer.context(ns, Namespace("u"))
