@@ -12,6 +12,7 @@ from conftest import open_memory
 
 from cuemem.config import Settings
 from cuemem.engines.refine import each_speaker, turn_table
+from cuemem.engines.structure import QueryStructure
 from cuemem.errors import CuememError
 from cuemem.index.names import named_speakers, speaker_index, without_names
 from cuemem.types import Namespace
@@ -63,7 +64,7 @@ def test_each_speaker_gathers_what_each_one_said(tmp_path: Path, weight: float) 
             asked.append(query)
             return [(by_turn[t], 1.0) for t in ["h5", "h2", "h3", "h4", "h1"]]
 
-        ranked, said = each_speaker(ctx, table, QUESTION, first, rank)
+        ranked, said = each_speaker(ctx, table, QueryStructure.read(QUESTION, table), QUESTION, first, rank)
         assert said == {"Ana": "What hobbies do Ana and both have?", "Ben": "What hobbies do and Ben both have?"}
         assert sorted(asked) == sorted(said.values())
         ids = [turn_of[item] for item, _ in ranked]
@@ -75,7 +76,8 @@ def test_each_speaker_gathers_what_each_one_said(tmp_path: Path, weight: float) 
         # one speaker named, or none: the ranking is kept and no second round runs
         asked.clear()
         for question in ("What hobby does Ben have?", "What hobbies do they have?"):
-            assert each_speaker(ctx, table, question, first, rank) == (first, {})
+            structure = QueryStructure.read(question, table)
+            assert each_speaker(ctx, table, structure, question, first, rank) == (first, {})
         assert asked == []
 
 

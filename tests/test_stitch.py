@@ -118,9 +118,6 @@ def test_model_free_analysis_reads_actions_types_and_references():
 def test_spacy_loads_without_torch_and_torch_still_imports_after():
     """thinc (spaCy's backend library) imports torch when it is installed, ~2 s and ~180 MB that the shipped numpy
     pipeline never uses: `load_spacy` keeps it out, and gives the same analysis; torch imports as usual after."""
-    import subprocess
-    import sys
-
     pytest.importorskip("torch")
     code = (
         "import sys\n"
@@ -130,9 +127,7 @@ def test_spacy_loads_without_torch_and_torch_still_imports_after():
         "import torch\n"
         "print(torch.zeros(2).sum().item())\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    first, second = done.stdout.strip().splitlines()[-2:]
+    first, second = _fresh_process(code)[-2:]
     assert first.startswith("False ") and "('Lena', 'PERSON')" in first and "('Lisbon', 'GPE')" in first
     assert second == "0.0"
 
@@ -141,9 +136,6 @@ def test_spacy_loads_without_torch_and_torch_still_imports_after():
 def test_spacy_prefetched_in_the_background_loads_once_and_without_torch():
     """A search starts loading spaCy in the background while the embedder loads (a fresh CLI process overlaps the
     two): a caller that asks meanwhile waits for that one load, and the background load keeps torch out too."""
-    import subprocess
-    import sys
-
     code = (
         "import sys\n"
         "from cuemem.engines.stitch import analysis\n"
@@ -152,9 +144,17 @@ def test_spacy_prefetched_in_the_background_loads_once_and_without_torch():
         "analysis.prefetch_spacy()  # loaded: no second thread\n"
         "print(analysis._load_spacy.cache_info().misses, 'torch' in sys.modules, nlp is analysis.load_spacy())\n"
     )
+    assert _fresh_process(code)[-1] == "1 False True"
+
+
+def _fresh_process(code: str) -> list[str]:
+    """The lines `code` prints in a new interpreter (spaCy and its imports loaded from nothing)."""
+    import subprocess
+    import sys
+
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "1 False True"
+    return done.stdout.strip().splitlines()
 
 
 def test_vocabulary_merge_folds_synonyms_into_the_older_label():

@@ -41,11 +41,12 @@ class Reading(NamedTuple):
     statement: Statement
 
 
-def _as_stored(item: Item) -> str:
+def as_stored(item: Item) -> str:
+    """An item's words as stored: what `Said` is for an engine whose items are the turns' own words."""
     return item.text
 
 
-def _readings(ctx: EngineContext, space: str, ids: Sequence[int], said: Said = _as_stored) -> dict[int, Reading]:
+def _readings(ctx: EngineContext, space: str, ids: Sequence[int], said: Said = as_stored) -> dict[int, Reading]:
     """Each item's reading, cached for the namespace's epoch: an item never changes once written, so adds keep the
     readings (a search of a namespace being written to would read them all again), a delete drops them. An item
     that was stored with its reading (`statements.stored_reading`, meta key `reading`) is not read again."""
@@ -81,7 +82,7 @@ def current_first(
     head, tail = ranked[:depth], ranked[depth:]
     positions = sorted({table.position[i] for i, _ in head if i in table.position})
     around = sorted({p - d for p in positions for d in range(CONTEXT + 1) if p - d >= 0})
-    readings = _readings(ctx, space, [table.ids[p] for p in around], said or _as_stored)
+    readings = _readings(ctx, space, [table.ids[p] for p in around], said or as_stored)
     turns: list[Turn] = []
     index_of: dict[int, int] = {}
     for p in around:
@@ -178,4 +179,4 @@ def hit_detail(detail: dict[str, Any], hit: Hit) -> dict[str, Any]:
     return shared if note is None else {**shared, "revision": note}
 
 
-__all__ = ["Said", "current_first", "hit_detail"]
+__all__ = ["Said", "as_stored", "current_first", "hit_detail"]

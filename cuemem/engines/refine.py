@@ -21,7 +21,7 @@ from ..index.names import without_names
 from ..llm import LLMError
 from ..llm.rerank import likelihood_relevance
 from .base import EngineContext
-from .current import Said, current_first
+from .current import Said, as_stored, current_first
 from .standing import standing_first
 from .structure import QueryStructure, TurnTable, hit_text, structural_boost
 
@@ -55,7 +55,7 @@ def refine(
     if settings.expand_weight > 0 and ranked:
         ranked, detail["expansion"] = expand(ctx, query, query_vector, ranked, rank)
     if settings.each_speaker_weight > 0 and ranked:
-        ranked, speakers = each_speaker(ctx, table, query, ranked, rank)
+        ranked, speakers = each_speaker(ctx, table, asked, query, ranked, rank)
         if speakers:
             detail["speakers"] = speakers
     if standing:
@@ -136,14 +136,14 @@ def expand(
 
 
 def each_speaker(
-    ctx: EngineContext, table: TurnTable, query: str, ranked: Ranked, rank: Rank
+    ctx: EngineContext, table: TurnTable, structure: QueryStructure, query: str, ranked: Ranked, rank: Rank
 ) -> tuple[Ranked, dict[str, str]]:
     """Questions over several people ("What do Jon and Gina both like?"; E-mem's gathering of what each one said):
     for each speaker the question names (the first MAX_SPEAKERS), a second round of the engine's ranking with the
     other speakers' names taken out, kept to the items that speaker said, fused with the first ranking by reciprocal
     rank (each at `each_speaker_weight`). Returns the ranking and each speaker's question (empty where fewer than
     two are named: the ranking is kept)."""
-    named = table.said_by_each(query)[:MAX_SPEAKERS]
+    named = structure.speakers[:MAX_SPEAKERS]  # read once per question (QueryStructure)
     if len(named) < 2:
         return ranked, {}
     lists, weights, asked = [[i for i, _ in ranked]], [1.0], {}
@@ -201,7 +201,7 @@ def attribute_first(ctx: EngineContext, query: str, ranked: Ranked, said: Said |
     if len(head) < 2:
         return ranked, None
     items = ctx.store.get_items(ctx.ns, [i for i, _ in head])
-    words = said or (lambda item: item.text)
+    words = said or as_stored
     goal = goal_words(query, [words(items[i]) for i, _ in head[:3] if i in items])
     attribute = asked_attribute(query, goal)
     if not attribute:

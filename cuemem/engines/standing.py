@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..embed.base import normalize
 from ..index.fusion import reciprocal_rank_fusion
 from ..index.standing import bears_on_self
 from .base import EngineContext
@@ -34,7 +35,7 @@ def standing_first(
     if settings.standing_weight <= 0 or not ranked or not table.standing or not bears_on_self(query):
         return ranked, None
     kinds = {table.ids[pos]: kind for pos, kind in table.standing.items()}
-    ids, matrix = _standing_vectors(ctx, table, list(kinds))
+    ids, matrix = _standing_vectors(ctx, list(kinds))
     if not ids:
         return ranked, None
     asked = np.asarray(query_vector, dtype=np.float32)
@@ -52,22 +53,22 @@ def standing_first(
     return [(int(i), s) for i, s in fused], {"facts": len(found), "types": dict(sorted(types.items()))}
 
 
-def _standing_vectors(ctx: EngineContext, table: TurnTable, items: list[int]) -> tuple[list[int], np.ndarray]:
+def _standing_vectors(ctx: EngineContext, items: list[int]) -> tuple[list[int], np.ndarray]:
     """The standing-fact items that have a vector, and their vectors normalised: kept in the namespace's
-    in-memory state until the table grows (a delete drops that state), not read again for every message."""
+    in-memory state until its next write (a delete drops that state), not read again for every message; the view
+    is built as `profile`'s current records are (under the cache's lock, in one snapshot of the store)."""
+    store, ns = ctx.store, ctx.ns
     name = f"standing-vectors:{ctx.embedder.name}"
-    version = (ctx.store.epoch(ctx.ns), len(table.ids))
-    kept = ctx.indexes.view(ctx.ns, name, version)
-    if isinstance(kept, tuple):
-        return kept
-    vectors = ctx.store.item_vectors(ctx.ns, ctx.embedder.name, items)
-    ids = [i for i in items if i in vectors]
-    if not ids:
-        return [], np.zeros((0, 0), dtype=np.float32)
-    matrix = np.stack([vectors[i] for i in ids]).astype(np.float32)
-    matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
-    ctx.indexes.keep_view(ctx.ns, name, version, (ids, matrix))
-    return ids, matrix
+    with ctx.indexes.lock_for(ns), store.snapshot():
+        version = (store.epoch(ns), store.last_seq(ns))
+        kept = ctx.indexes.view(ns, name, version)
+        if isinstance(kept, tuple):
+            return kept
+        vectors = store.item_vectors(ns, ctx.embedder.name, items)
+        ids = [i for i in items if i in vectors]
+        matrix = normalize(np.stack([vectors[i] for i in ids])) if ids else np.zeros((0, 1), dtype=np.float32)
+        ctx.indexes.keep_view(ns, name, version, (ids, matrix))
+        return ids, matrix
 
 
 __all__ = ["standing_first"]

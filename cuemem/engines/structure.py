@@ -27,7 +27,6 @@ from ..index.dates import DateSpan, format_day, parse_timestamp, query_window, r
 from ..index.names import (
     PersonIndex,
     candidate_names,
-    named_speaker,
     named_speakers,
     normalise_name,
     speaker_index,
@@ -174,14 +173,6 @@ class TurnTable:
         not on every one (pairwise over the speakers)."""
         return speaker_index(self.speakers)
 
-    def said_by_named(self, query: str) -> frozenset[int]:
-        """The items said by the one speaker `query` names (`index.names.named_speaker`); empty where it names none
-        or two, or the speakers are generic labels."""
-        named = named_speaker(query, self.speaker_people)
-        if named is None:
-            return frozenset()
-        return frozenset().union(*(self.said_by.get(form, frozenset()) for form in named[1]))
-
     def said_by_each(self, query: str) -> list[tuple[str, set[str], frozenset[int]]]:
         """Each speaker `query` names (`index.names.named_speakers`): its name, the forms it goes by and the
         positions of the items it said."""
@@ -211,12 +202,16 @@ class QueryStructure:
     window: DateSpan | None
     about: frozenset[int]  # positions in the TurnTable of the items by or about those people
     said: frozenset[int] = frozenset()  # positions of the items said by the one speaker the question names
+    # every speaker the question names: (name, forms, positions of the items it said); read once per question
+    speakers: list[tuple[str, set[str], frozenset[int]]] = field(default_factory=list)
 
     @classmethod
     def read(cls, query: str, table: TurnTable, now: str | None = None) -> QueryStructure:
         reference = parse_timestamp(now) if now else None
         people = table.people.match_query(query)
-        return cls(people, query_window(query, reference), table.about(people, query), table.said_by_named(query))
+        speakers = table.said_by_each(query)
+        said = speakers[0][2] if len(speakers) == 1 else frozenset()  # the said boost: one speaker named, not two
+        return cls(people, query_window(query, reference), table.about(people, query), said, speakers)
 
     def describe(self) -> dict[str, Any]:
         window = None if self.window is None else self.window.label()
