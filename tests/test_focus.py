@@ -35,6 +35,21 @@ def test_a_turn_without_a_goal_inherits_the_focus_of_its_session():
 
 
 @no_store
+def test_with_sessions_the_focus_outlives_a_sessions_end_until_a_goal_is_named():
+    """`focus_sessions` (off by default: LoCoMo dev lost two questions, docs/benchmarks/came.md): a new session
+    that names no goal yet goes on with the last one."""
+    focus = Focus()
+    for _ in range(3):
+        focus.step("s1", ["Kestrel Street flat"], "The Kestrel Street flat needs paint.", sessions=True)
+    assert focus.step("s2", [], "And the painter? Thursday.", sessions=True) == ["Kestrel Street flat"]
+    focus.step("s2", ["Alder lodge"], "The Alder lodge now.", sessions=True)
+    focus.step("s2", ["Alder lodge"], "The Alder lodge sleeps six.", sessions=True)
+    focus.step("s2", ["Alder lodge"], "The Alder lodge is fine.", sessions=True)
+    assert focus.step("s3", [], "Their kitchen closes at nine.", sessions=True) == ["Alder lodge"]
+    assert focus.step("s4", [], "Hello again.") == []  # without it, a session starts with no goal in focus
+
+
+@no_store
 def test_a_name_said_for_the_first_time_does_not_switch_the_focus():
     focus = Focus()
     for _ in range(2):
@@ -73,6 +88,29 @@ def test_anchors_are_names_and_numbered_things_not_values():
     assert "Room 12" in first.anchors and any("Harbor Clinic" in a for a in first.anchors)
     assert second.anchors == [] and "7:30 pm" in second.values
     assert any("second floor" in a for a in third.anchors)
+
+
+@no_store
+def test_a_thing_of_a_name_anchors_as_the_names_thing():
+    """ "the dental plan for Ana" names what "Ana's dental plan" names: the anchor keeps the owned noun, else every
+    one of Ana's things would be one goal (the focus of "Ana" alone, a look-alike for each of them); so does "the
+    book Caroline wrote"."""
+    possessive, prepositional, of, numbered, two_names, clause = analyze_steps(
+        [
+            "I want to get Ana's dental plan settled today.",
+            "Riverside Clinic is the clinic for the dental plan for Ana.",
+            "The birthday party of Caroline was fun.",
+            "Day 3 of the Lisbon trip: dinner at 8.",
+            "Let's sort out project Falcon for Copperfield.",
+            "I loved the book Caroline wrote.",
+        ]
+    )
+    assert anchor_words(possessive.anchors[0]) == {"ana", "dental", "plan"}
+    assert {"ana", "dental", "plan"} in [anchor_words(a) for a in prepositional.anchors]
+    assert [anchor_words(a) for a in of.anchors] == [{"caroline", "birthday", "party"}]
+    assert sorted(numbered.anchors) == ["Day 3", "Lisbon trip"]  # the numbered day names itself
+    assert sorted(two_names.anchors) == ["Copperfield", "project Falcon"]  # a named thing owns nothing more
+    assert [anchor_words(a) for a in clause.anchors] == [{"caroline", "book"}]  # the thing she is the subject of
 
 
 HOUSE = [

@@ -66,11 +66,12 @@ class Goals:
         recur: int,
         whole: bool,
         quotes: bool,
+        sessions: bool = False,
     ) -> list[str]:
         """Advance over one turn; returns the anchors of its goal (lower-cased)."""
         named = any(self.focus.is_goal(a, recur, whole) for a in anchors)
         keys = list(dict.fromkeys(v.lower().strip() for v in [*values, *anchors]))
-        self.focus.step(session, list(anchors), text, recur=recur, whole=whole, quotes=False)
+        self.focus.step(session, list(anchors), text, recur=recur, whole=whole, quotes=False, sessions=sessions)
         quoted = [self.said[k] for k in keys if k in self.said] if quotes and not named else []
         if quoted:  # the value said last is the one being replaced or referred to
             self.focus.anchors = list(max(quoted, key=lambda q: q[0])[1])

@@ -72,13 +72,18 @@ class Focus:
         quotes: bool = True,
         gather: bool = True,
         replies: bool = False,
+        sessions: bool = False,
         turn: str = "",
     ) -> list[str]:
         """Advance over one turn; returns what it continues: the anchors of the goal in focus it does not name, and
         the earlier turn that said a value it quotes ("scrap Casa Azul; we go with Villa Mar"); with `replies`, a
-        turn that names and states nothing ("Go for the cheaper one.") also continues the turn before it."""
+        turn that names and states nothing ("Go for the cheaper one.") also continues the turn before it; with
+        `sessions`, the focus outlives a session's end (a new session that names no goal yet goes on with the last
+        one: "And the budget? 1500 euros.")."""
         if session != self.session:
-            self.session, self.anchors, self.last, self.focus_turns, self.last_by = session, [], "", [], []
+            self.session, self.last, self.last_by = session, "", []
+            if not sessions:
+                self.anchors, self.focus_turns = [], []
         goals = [a for a in anchors if self.is_goal(a, recur, whole)]
         inherited: list[str] = []
         inherited_by: list[str] = []  # the turns the inherited anchors came from

@@ -11,7 +11,7 @@ import importlib.abc
 import re
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -259,12 +259,16 @@ def anchors(doc: Any) -> list[str]:
 
     found: list[str] = []
     covered: set[int] = set()
-    for chunk in doc.noun_chunks:
+    chunks = list(doc.noun_chunks)
+    chunk_of = {t.i: chunk for chunk in chunks for t in chunk}
+    for chunk in chunks:
         if not any(naming(t) for t in chunk):
             continue
         words = [t for t in chunk if t.pos_ not in FUNCTION_POS and not value(t)]
         if chunk.end < len(doc) and identifier(doc[chunk.end]):
             words.append(doc[chunk.end])
+        owned = possessor_of(chunk, chunk_of, naming)
+        words += [t for t in owned if t.pos_ not in FUNCTION_POS and not value(t)]
         covered.update(t.i for t in words)
         found.append(" ".join(t.text for t in words))
     run: list[Any] = []
@@ -280,6 +284,33 @@ def anchors(doc: Any) -> list[str]:
         if identifier(t) and t.i not in covered:
             found.append(f"{doc[t.i - 1].text} {t.text}")
     return list(dict.fromkeys(f for f in found if f))
+
+
+POSSESSIVE_PREPOSITIONS = frozenset(("of", "for"))
+
+
+def possessor_of(chunk: Any, chunk_of: dict[int, Any], naming: Callable[[Any], bool]) -> list[Any]:
+    """The thing a name owns when the sentence says so with a preposition: "the dental plan for Ana" names what
+    "Ana's dental plan" names, so the anchor is "Ana dental plan", not "Ana" (which would be every one of Ana's
+    things alike); so does "the book Caroline wrote". The owned noun phrase is the one the "of"/"for" before the
+    name hangs from, or the one the clause the name is the subject of describes, when it names nothing itself
+    ("project Falcon for Copperfield" stays two anchors)."""
+    root = chunk.root
+    link = root.head
+    of = root.dep_ == "pobj" and link.lower_ in POSSESSIVE_PREPOSITIONS and link.i < chunk.start
+    done_by = (
+        root.dep_ == "nsubj" and link.dep_ == "relcl" and link.head.i < chunk.start
+    )  # "the brunch Paulo is hosting"
+    if not (of or done_by):
+        return []
+    owner = chunk_of.get(link.head.i)
+    if owner is None or owner.root.i != link.head.i:
+        return []
+    after = owner.doc[owner.end] if owner.end < len(owner.doc) else None
+    numbered = after is not None and after.pos_ == "NUM" and naming(after)  # "Day 3 of the trip"
+    if numbered or any(naming(t) for t in owner):
+        return []
+    return list(owner)
 
 
 def values(doc: Any) -> list[str]:

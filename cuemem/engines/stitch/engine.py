@@ -173,6 +173,7 @@ class StitchEngine(BaseEngine):
                     quotes=self.config.focus_quotes,
                     gather=self.config.focus_gather,
                     replies=self.config.focus_replies,
+                    sessions=self.config.focus_sessions,
                     turn=t.id,
                 )
             )
@@ -201,6 +202,7 @@ class StitchEngine(BaseEngine):
                 recur=cfg.focus_recur,
                 whole=cfg.focus_whole,
                 quotes=False,
+                sessions=cfg.focus_sessions,
             )
             for t, a in zip(turns, analyses, strict=True)
         ]
