@@ -124,6 +124,9 @@ class Settings:
     attribute_weight: float = 1.0
     # How many of the best hits the asked attribute reorders (the embedding cost: one per hit not yet embedded).
     attribute_depth: int = 10
+    # How deep below that head the goal's other turns are looked for: an item ranked above `attribute_reach` whose
+    # indexed words hold every goal word joins the reordered head (0 = none).
+    attribute_reach: int = 30
     # Current values first (issue 34 item 2, docs/design.md design 3): among the top `revise_depth` candidates, the
     # turn holding a chain's current value takes the chain's best place and the replaced ones rank lower (0 = off).
     # Two statements set the same attribute when their attribute words overlap (IDF-weighted Jaccard) at least
@@ -216,6 +219,8 @@ class Settings:
                 raise CuememError(f"setting {name} must be >= 0, got {getattr(self, name)}")
         if self.expand_depth < 1 or self.rerank_depth < 1 or self.attribute_depth < 1 or self.standing_depth < 1:
             raise CuememError("settings expand_depth, rerank_depth, attribute_depth and standing_depth must be >= 1")
+        if self.attribute_reach < 0:
+            raise CuememError(f"setting attribute_reach must be >= 0 (0 = none), got {self.attribute_reach}")
         if not -1 <= self.standing_floor <= 1:
             raise CuememError(f"setting standing_floor must be a cosine in [-1, 1], got {self.standing_floor}")
         if self.revise_history not in ("near", "last"):

@@ -69,6 +69,30 @@ def test_the_asked_attribute_of_the_goal_comes_first(tmp_path: Path) -> None:
     assert plain[0] == "r1"  # at weight 0 the ranking is the first one
 
 
+def test_the_goals_turns_below_the_head_join_it_and_look_alikes_do_not(tmp_path: Path) -> None:
+    """`attribute_reach`: a turn of the goal ranked below the reordered head (it says the attribute, little of the
+    goal) joins the head when its indexed words hold every goal word; the look-alike goal's florist does not."""
+    first_order = ["r1", "r2", "r6", "r4", "r3", "r5"]  # the Rivera florist fifth, under the Lopez gala's
+
+    def ranked(reach: int) -> list[str]:
+        settings = Settings(attribute_weight=2.0, attribute_depth=2, attribute_reach=reach)
+        with open_memory(tmp_path / f"reach{reach}.db", "hybrid", settings=settings) as memory:
+            memory.add(WEDDING, user_id="u", session_id="a")
+            ns = memory.store.namespace_id(Namespace("u"))
+            ctx = memory._indexer.context(ns, Namespace("u"))
+            ids = memory.store.item_ids(ns, "turn", first_order)
+            first = [(ids[turn], 1.0 - 0.1 * rank) for rank, turn in enumerate(first_order)]
+            out, _ = attribute_first(ctx, QUESTION, first)
+            assert sorted(i for i, _ in out) == sorted(ids.values())  # the same candidates, none lost or added
+            turn_of = {item: turn for turn, item in ids.items()}
+            return [turn_of[item] for item, _ in out]
+
+    below = ranked(0)
+    assert below[2:] == ["r6", "r4", "r3", "r5"]  # without reach, below the head nothing moves
+    joined = ranked(6)
+    assert joined.index("r3") < joined.index("r6") and joined[-1] == "r6"  # the goal's turns joined, the gala's not
+
+
 def test_said_vectors_are_embedded_once_and_forgotten_with_a_delete(tmp_path: Path) -> None:
     with open_memory(tmp_path / "v.db", "hybrid") as memory:
         memory.add(WEDDING, user_id="u", session_id="a")
@@ -112,7 +136,7 @@ def test_search_says_what_it_took_as_the_goal_and_the_attribute(tmp_path: Path) 
         assert "attribute" not in memory.search(QUESTION, user_id="u", k=6).hits[0].detail
 
 
-@pytest.mark.parametrize("bad", [{"attribute_weight": -1.0}, {"attribute_depth": 0}])
+@pytest.mark.parametrize("bad", [{"attribute_weight": -1.0}, {"attribute_depth": 0}, {"attribute_reach": -1}])
 def test_settings_refuse_a_negative_weight_or_an_empty_depth(bad: dict[str, float]) -> None:
     with pytest.raises(CuememError):
         Settings(**bad)  # type: ignore[arg-type]

@@ -83,6 +83,7 @@ RESULT_SETTINGS = (
     "goal_first",
     "attribute_weight",
     "attribute_depth",
+    "attribute_reach",
     "each_speaker_weight",
     "standing_weight",
     "standing_depth",

@@ -18,8 +18,10 @@ from ..index.attribute import asked_attribute, goal_words
 from ..index.dates import format_day
 from ..index.fusion import reciprocal_rank_fusion
 from ..index.names import without_names
+from ..index.text import analyze
 from ..llm import LLMError
 from ..llm.rerank import likelihood_relevance
+from ..store.base import Item
 from .base import EngineContext
 from .current import Said, as_stored, current_first
 from .standing import standing_first
@@ -206,6 +208,11 @@ def attribute_first(ctx: EngineContext, query: str, ranked: Ranked, said: Said |
     attribute = asked_attribute(query, goal)
     if not attribute:
         return ranked, None
+    joined = goal_turns(ctx, goal, tail[: max(0, settings.attribute_reach - settings.attribute_depth)])
+    if joined:
+        items.update(joined)
+        head = head + [(i, s) for i, s in tail if i in joined]
+        tail = [(i, s) for i, s in tail if i not in joined]
     vectors = said_vectors(ctx, {i: words(items[i]) for i, _ in head if i in items})
     asked = np.asarray(ctx.embed_query(attribute), dtype=np.float32)
     asked = asked / (np.linalg.norm(asked) or 1.0)
@@ -213,6 +220,16 @@ def attribute_first(ctx: EngineContext, query: str, ranked: Ranked, said: Said |
     by_attribute = sorted(similarity, key=lambda i: -similarity[i])
     fused = fuse_head(head, by_attribute, tail, settings.attribute_weight, settings.rrf_k)
     return fused, {"goal_words": sorted(goal), "attribute": attribute}
+
+
+def goal_turns(ctx: EngineContext, goal: set[str], reach: Ranked) -> dict[int, Item]:
+    """The items of `reach` (the ranking below the asked attribute's head) indexed under every goal word: the
+    goal's other turns, those that say its attribute in other words or leave the goal implicit and were indexed
+    under the goal they continue (stitch's "(re: ...)"). Look-alike goals lack one of the words and stay out."""
+    if not goal or not reach:
+        return {}
+    found = ctx.store.get_items(ctx.ns, [i for i, _ in reach])
+    return {i: item for i, item in found.items() if goal <= set(analyze(item.text))}
 
 
 SAID_VECTORS = "refine:said-vectors"
@@ -255,6 +272,7 @@ __all__ = [
     "expand",
     "feedback_terms",
     "fuse_head",
+    "goal_turns",
     "refine",
     "rerank",
     "said_vectors",
