@@ -298,9 +298,8 @@ def possessor_of(chunk: Any, chunk_of: dict[int, Any], naming: Callable[[Any], b
     root = chunk.root
     link = root.head
     of = root.dep_ == "pobj" and link.lower_ in POSSESSIVE_PREPOSITIONS and link.i < chunk.start
-    done_by = (
-        root.dep_ == "nsubj" and link.dep_ == "relcl" and link.head.i < chunk.start
-    )  # "the brunch Paulo is hosting"
+    # "the brunch Paulo is hosting": the name is the subject of a clause that describes the thing before it
+    done_by = root.dep_ == "nsubj" and link.dep_ == "relcl" and link.head.i < chunk.start
     if not (of or done_by):
         return []
     owner = chunk_of.get(link.head.i)
