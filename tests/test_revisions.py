@@ -166,8 +166,8 @@ def test_settings_validate_the_revision_constants() -> None:
         {"revise_depth": -1},
         {"revise_min_frame": 1.5},
         {"revise_recurring": 0},
-        {"revise_history": "x"},
         {"revise_near": -1},
+        {"revise_gap": -1},
     ):
         with pytest.raises(CuememError):
             Settings(**bad)  # type: ignore[arg-type]
@@ -473,3 +473,16 @@ def test_search_ranks_a_revision_in_other_words_first(make_memory, near: int) ->
         assert "revision" not in hits[ids.index("g1")].detail  # the desk lamp's price stands
     else:
         assert "revision" not in hits[ids.index("g3")].detail
+
+
+@pytest.mark.parametrize("gap", [0, 1, 2])
+def test_a_replaced_value_goes_as_far_below_its_current_value_as_the_gap_says(make_memory, gap: int) -> None:
+    memory = make_memory("hybrid", settings=Settings(revise_gap=gap))
+    turns = [{"id": f"g{i}", "speaker": "Ana", "text": text} for i, (_, text) in enumerate(GIFTS)]
+    memory.add(turns[:5], user_id="u", session_id="a", timestamp="2024-05-01 09:00")
+    memory.add(turns[5:], user_id="u", session_id="b", timestamp="2024-05-03 18:00")
+    ids = _ids(memory.search("How much is Nico's tablet?", user_id="u", k=6).hits)
+    if gap:
+        assert ids.index("g3") == ids.index("g5") + gap
+    else:  # below every other candidate
+        assert ids.index("g3") == len(ids) - 1

@@ -78,7 +78,7 @@ RESULT_SETTINGS = (
     "revise_depth",
     "revise_min_frame",
     "revise_recurring",
-    "revise_history",
+    "revise_gap",
     "revise_near",
     "goal_first",
     "attribute_weight",

@@ -1,7 +1,7 @@
 """The second stage "current values first" (issue 34 item 2; docs/design.md design 3, the confidence + recency
 merge), shared by every engine through `refine`: among the top `revise_depth` candidates, a turn whose value a later
-candidate replaced (`index/revisions.py`) goes below the other candidates (`revise_history` "last") or just below
-the turn holding the current value ("near"), which takes the best place of its chain. A question about the past
+candidate replaced (`index/revisions.py`) goes `revise_gap` places below the turn holding the current value, which
+takes the best place of its chain (0: below every other candidate). A question about the past
 ("what was it before?") keeps the history where it was. Hits say when their value was replaced, and the current
 value lists its history.
 
@@ -130,10 +130,24 @@ def current_first(
         best = min(rank[m] for m in members)
         place[item] = (best + len(head) if item in others else best, 0)
         for n, old in enumerate(sorted(history.get(item, []), key=lambda m: -table.position.get(m, 0)), 1):
-            place[old] = (place[item][0], n) if settings.revise_history == "near" else (2 * len(head) + rank[old], 0)
+            place[old] = (place[item][0], n) if settings.revise_gap > 0 else (2 * len(head) + rank[old], 0)
     order = sorted(rank, key=lambda item: place.get(item, (rank[item], 0)))
+    if settings.revise_gap > 1 and not keep_history:
+        order = _below_by(order, history, settings.revise_gap)
     scores = [s for _, s in head]
     return [(item, score) for item, score in zip(order, scores, strict=True)] + tail, notes
+
+
+def _below_by(order: list[int], history: dict[int, list[int]], gap: int) -> list[int]:
+    """`order` with each current value's history moved from just below it to `gap` places below it (`revise_gap`):
+    a replaced value stays in reach of a reader without passing the candidates ranked near its current value."""
+    moved = {old for olds in history.values() for old in olds}
+    out = [item for item in order if item not in moved]
+    for item in [i for i in order if i in history]:
+        olds = [old for old in order if old in history[item]]  # latest first, as `order` has them
+        at = out.index(item) + gap
+        out[at:at] = olds
+    return out
 
 
 def _other_goals(query: str, turns: list[Turn], candidates: list[int], item_at: dict[int, int]) -> set[int]:
