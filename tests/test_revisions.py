@@ -200,7 +200,8 @@ def test_search_ranks_the_current_value_first_and_forgets_a_deleted_revision(mak
     hits = memory.search("When does the outbound flight for the Nordic summit leave?", user_id="u", k=10).hits
     ids = _ids(hits)
     assert ids.index("t7") < ids.index("t2")
-    assert ids.index("t2") > ids.index("t4")  # the replaced value ranks below the other candidates
+    assert ids.index("t2") == ids.index("t7") + 5  # revise_gap: five places below the value that replaced it
+    assert ids.index("t2") > ids.index("t4")  # and so below the other goal's value ranked near it
     old = hits[ids.index("t2")].detail["revision"]
     assert old["replaced_by"] == ["t7"] and old["replaced_at"] == "2024-03-09 08:30"
     assert hits[ids.index("t7")].detail["revision"]["history"][0]["turn_ids"] == ["t2"]
