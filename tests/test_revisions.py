@@ -16,6 +16,8 @@ from cuemem.index.revisions import (
     compatible,
     frame_overlap,
     goals_in_focus,
+    named_elsewhere,
+    named_numbers,
     other_goal,
     read_statement,
     revised_near,
@@ -130,6 +132,44 @@ def test_a_look_alike_of_another_goal_is_told_apart() -> None:
     assert not other_goal(asked, numbered("Sprint 5 dinner is booked at Cervejaria Ramiro."))  # a name is no goal
     assert not other_goal(asked, numbered("The Lumen app backlog is groomed."))  # names no number
     assert not other_goal(frozenset(), numbered("Sprint 4 of the Lumen app."))  # the question names none
+
+
+def test_a_numbered_noun_put_in_another_place_is_told_apart() -> None:
+    """`named_numbers` / `named_elsewhere`: the names right beside a numbered noun say whose it is ("Week 2 in
+    Oslo" is not "week 2 of the Bergen tour"); a name elsewhere in the turn is a value, not the goal."""
+    asked = named_numbers("Which hall do we play in week 2 of the Bergen tour?")
+    assert asked == {("week", "2", "bergen")}
+    assert named_numbers("Oslo week 2: the Sentrum hall.") == {("week", "2", "oslo")}
+    assert named_numbers("The first week in Bergen is sold out.") == {("week", "1", "bergen")}
+    assert named_numbers("Week 2 merch is printed at Trykk Bergen.") == set()  # beside it: no name
+    recurring = _recurring("bergen", "oslo", "sentrum")
+    assert named_elsewhere(asked, named_numbers("Week 2 in Oslo is at the Sentrum hall."), recurring)
+    assert not named_elsewhere(asked, named_numbers("Bergen week 2 moved to Grieghallen."), recurring)  # its own
+    assert not named_elsewhere(asked, named_numbers("Week 3 in Oslo is quiet."), recurring)  # another week
+    assert not named_elsewhere(asked, named_numbers("Week 2 in Tromso is at Kulturhuset."), _recurring("bergen"))
+    assert not named_elsewhere(frozenset(), named_numbers("Week 2 in Oslo."), recurring)  # the question names none
+
+
+TOURS = [
+    {"id": "t1", "speaker": "Kai", "text": "Bergen tour planning starts now."},
+    {"id": "t2", "speaker": "Kai", "text": "Week 2 of the Bergen tour: we play the Ole Bull hall."},
+    {"id": "t3", "speaker": "Kai", "text": "Bergen sold out fast."},
+    {"id": "t4", "speaker": "Kai", "text": "Oslo tour planning starts too."},
+    {"id": "t5", "speaker": "Kai", "text": "Yes, week 2 in Oslo we play the hall at Sentrum, a big hall."},
+    {"id": "t6", "speaker": "Kai", "text": "Oslo sold out as well."},
+]
+
+
+def test_the_named_place_ranks_before_a_look_alike_of_the_same_number(make_memory) -> None:
+    question = "Which hall do we play in week 2 of the Bergen tour?"
+    plain = make_memory("hybrid", name="plain.db", settings=Settings(goal_first=False))
+    plain.add(TOURS, user_id="u", session_id="a")
+    before = _ids(plain.search(question, user_id="u", k=6).hits)
+    memory = make_memory("hybrid")
+    memory.add(TOURS, user_id="u", session_id="a")
+    after = _ids(memory.search(question, user_id="u", k=6).hits)
+    assert after.index("t2") < after.index("t5")  # Oslo's week 2 goes below Bergen's
+    assert after.index("t5") > before.index("t5")
 
 
 def test_a_turn_naming_no_goal_inherits_the_one_in_focus_but_is_not_told_apart_by_it() -> None:

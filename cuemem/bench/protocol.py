@@ -84,6 +84,7 @@ RESULT_SETTINGS = (
     "attribute_weight",
     "attribute_depth",
     "attribute_reach",
+    "attribute_min_words",
     "each_speaker_weight",
     "standing_weight",
     "standing_depth",

@@ -23,14 +23,15 @@ def goal_words(question: str, best: Sequence[str], share: int = 2) -> set[str]:
     return {word for word, n in said.items() if n >= share}
 
 
-def asked_attribute(question: str, goal: set[str]) -> str:
+def asked_attribute(question: str, goal: set[str], min_words: int = 1) -> str:
     """The question without its goal words ("what is the cut-off for project Phoenix" -> "what is the cut-off
-    for"); "" when no content word would be left, or when the question has no goal words to take out."""
+    for"); "" when fewer than `min_words` distinct content words would be left ("how much is the" keeps "much":
+    no attribute named), or when the question has no goal words to take out."""
     if not goal:
         return ""
     words = _WORD.findall(question)
     kept = [w for w in words if _key(w) not in goal]
-    if not set(analyze(" ".join(kept))):
+    if len(set(analyze(" ".join(kept)))) < max(1, min_words):
         return ""
     return " ".join(kept)
 
