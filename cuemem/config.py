@@ -149,7 +149,8 @@ class Settings:
     # earlier one (a name only with attribute words in common). 0 = off. Chosen on dev (docs/benchmarks/came.md).
     revise_near: int = 8
     # The named goal first (issue 34): among the same candidates, a turn whose goal is another one than the goal the
-    # question names (a look-alike: "Day 1 of the Porto trip" for "Day 2 of the Lyon trip") goes below the others.
+    # question names (a look-alike: "Day 1 of the Porto trip" for "Day 2 of the Lyon trip", or "Day 1 in Porto" for
+    # "Day 1 of the Lisbon trip") goes below the others, before the asked attribute and again with the revisions.
     goal_first: bool = True
     # Weighted reciprocal-rank fusion: a ranking's votes are multiplied by its weight. The BM25 weight defaults
     # to the one measured for the embedder (1.0 for MiniLM, 0.2 for EmbeddingGemma: BENCHMARKS.md); -1 = that.

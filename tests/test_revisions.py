@@ -4,6 +4,7 @@ that every engine runs in refine (engines/current.py). Conversations here are ha
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,7 @@ from cuemem.index.revisions import (
     revised_near,
     word_roles,
 )
+from cuemem.types import Namespace
 
 
 def _recurring(*names: str) -> Callable[[str], bool]:
@@ -170,6 +172,27 @@ def test_the_named_place_ranks_before_a_look_alike_of_the_same_number(make_memor
     after = _ids(memory.search(question, user_id="u", k=6).hits)
     assert after.index("t2") < after.index("t5")  # Oslo's week 2 goes below Bergen's
     assert after.index("t5") > before.index("t5")
+
+
+def test_the_asked_attribute_reads_its_goal_words_from_the_named_goals_turns(make_memory, monkeypatch) -> None:
+    """The named goal comes first before the asked attribute takes its goal words from the best three candidates:
+    the look-alike place's week 2 is not among what that stage is given first."""
+    from cuemem.engines import refine as refine_module
+
+    seen: list[list[int]] = []
+    attribute_first = refine_module.attribute_first
+
+    def recording(ctx: Any, query: str, ranked: Any, said: Any = None) -> Any:
+        seen.append([item for item, _ in ranked])
+        return attribute_first(ctx, query, ranked, said)
+
+    monkeypatch.setattr(refine_module, "attribute_first", recording)
+    memory = make_memory("hybrid")
+    memory.add(TOURS, user_id="u", session_id="a")
+    memory.search("Which hall do we play in week 2 of the Bergen tour?", user_id="u", k=6)
+    ns = memory.store.namespace_id(Namespace("u"))
+    oslo = memory.store.item_ids(ns, "turn", ["t5"])["t5"]
+    assert seen and oslo in seen[0] and seen[0].index(oslo) == len(seen[0]) - 1  # below every other candidate
 
 
 def test_a_turn_naming_no_goal_inherits_the_one_in_focus_but_is_not_told_apart_by_it() -> None:

@@ -79,11 +79,18 @@ def _readings(ctx: EngineContext, space: str, ids: Sequence[int], said: Said = a
 
 
 def current_first(
-    ctx: EngineContext, space: str, table: TurnTable, query: str, ranked: Ranked, said: Said | None = None
+    ctx: EngineContext,
+    space: str,
+    table: TurnTable,
+    query: str,
+    ranked: Ranked,
+    said: Said | None = None,
+    revisions: bool = True,
 ) -> tuple[Ranked, dict[str, Any]]:
     """Reorder the head of `ranked` so that each chain's current value comes first and its history just below it;
     returns the ranking and the per-turn revision notes (for the hits' detail). Each item is read in the words
-    `said` gives: what its turn said, not what an engine indexed it with."""
+    `said` gives: what its turn said, not what an engine indexed it with. With `revisions` False only the named
+    goal comes first (`goal_first`: the look-alikes of another goal go below the others), no chain is made."""
     settings = ctx.settings
     depth = settings.revise_depth
     if depth <= 0 or len(ranked) < 2:
@@ -114,8 +121,8 @@ def current_first(
     def recurring(name: str) -> bool:
         return len(table.by_form.get(form_of(name), ())) >= settings.revise_recurring
 
-    replaced = chains(turns, candidates, recurring, settings.revise_min_frame)
-    if settings.revise_near > 0:  # the candidates ranked first: the question has picked their goal and attribute
+    replaced = chains(turns, candidates, recurring, settings.revise_min_frame) if revisions else {}
+    if revisions and settings.revise_near > 0:  # the candidates ranked first: the question has picked their goal and attribute
         near = revised_near(turns, candidates[: settings.revise_near], recurring)
         if near:
             replaced = follow({**near, **replaced})

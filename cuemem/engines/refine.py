@@ -45,8 +45,8 @@ def refine(
     said: Said | None = None,
     standing: bool = True,
 ) -> tuple[Ranked, dict[str, Any]]:
-    """Expansion, a round per speaker named, standing facts, then structure, the asked attribute, current values
-    first and reranking, over an engine's first ranking of `space` (best first). Returns
+    """Expansion, a round per speaker named, standing facts, then structure, the named goal first, the asked
+    attribute, current values first and reranking, over an engine's first ranking of `space` (best first). Returns
     the new ranking and what each stage saw (for the hits' detail). `said` gives an item's words as its turn said
     them, for an engine that stores a summary (current values first reads those). `standing`: whether the standing
     facts join (an engine that keeps its own records of them, `profile`, fuses those instead)."""
@@ -65,6 +65,9 @@ def refine(
         if facts:
             detail["standing"] = facts
     ranked = structural_boost(table, ranked, asked, settings.speaker_boost, settings.date_boost, settings.said_boost)
+    if settings.goal_first and settings.attribute_weight > 0 and ranked:
+        # the named goal first, before the asked attribute takes its goal words from the best three candidates
+        ranked, _ = current_first(ctx, space, table, query, ranked, said, revisions=False)
     if settings.attribute_weight > 0 and ranked:
         ranked, attribute = attribute_first(ctx, query, ranked, said)
         if attribute:
