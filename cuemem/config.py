@@ -127,10 +127,6 @@ class Settings:
     # How deep below that head the goal's other turns are looked for: an item ranked above `attribute_reach` whose
     # indexed words hold every goal word joins the reordered head (0 = none).
     attribute_reach: int = 30
-    # The fewest content words the question must keep without its goal words for the asked attribute to reorder:
-    # "How much is the hotel on Day 1 in Porto?" keeps "much" alone, which says no attribute (dev: 2 against 1 alike on
-    # the look-alike and LoCoMo dev data, recall@1 +0.024 on LongMemEval dev; 3 costs the look-alike data 0.012).
-    attribute_min_words: int = 2
     # Current values first (issue 34 item 2, docs/design.md design 3): among the top `revise_depth` candidates, the
     # turn holding a chain's current value takes the chain's best place and the replaced ones rank lower (0 = off).
     # Two statements set the same attribute when their attribute words overlap (IDF-weighted Jaccard) at least
@@ -228,8 +224,6 @@ class Settings:
                 raise CuememError(f"setting {name} must be >= 0, got {getattr(self, name)}")
         if self.expand_depth < 1 or self.rerank_depth < 1 or self.attribute_depth < 1 or self.standing_depth < 1:
             raise CuememError("settings expand_depth, rerank_depth, attribute_depth and standing_depth must be >= 1")
-        if self.attribute_min_words < 1:
-            raise CuememError(f"setting attribute_min_words must be >= 1, got {self.attribute_min_words}")
         if self.attribute_reach < 0:
             raise CuememError(f"setting attribute_reach must be >= 0 (0 = none), got {self.attribute_reach}")
         if not -1 <= self.standing_floor <= 1:

@@ -37,15 +37,24 @@ def test_no_attribute_is_asked_without_goal_words_or_with_nothing_else() -> None
     assert asked_attribute("Ünïcödé café, Rivera's wedding?", {"rivera", "wedding"}) == "Ünïcödé café"
 
 
-def test_an_attribute_needs_the_fewest_content_words_the_setting_asks() -> None:
-    """`attribute_min_words`: a question that keeps one content word without its goal words ("how much is the",
-    "where did I get my") names no attribute to order by; one word is enough when the setting says 1."""
-    goal = {"hotel", "day", "1", "porto"}
-    question = "How much is the hotel on Day 1 in Porto?"
-    assert asked_attribute(question, goal, min_words=2) == ""
-    assert asked_attribute(question, goal, min_words=1) == "How much is the on in"
-    assert asked_attribute(QUESTION, {"rivera", "wedding"}, min_words=2) == "When does the florist come for the"
-    assert asked_attribute(QUESTION, {"rivera", "wedding"}, min_words=3) == ""
+def test_a_question_that_keeps_only_general_words_asks_no_attribute() -> None:
+    """What is left without the goal words must say what is asked: "how much is the", "where did I get my" say
+    nothing (spaCy's general stop words), while one attribute word ("which manager is it") is enough."""
+    assert asked_attribute("How much is the hotel on Day 1 in Porto?", {"hotel", "day", "1", "porto"}) == ""
+    assert asked_attribute("Where did I get my guitar serviced?", {"guitar", "serviced"}) == ""
+    assert (
+        asked_attribute("For project Aurora, which manager is it?", {"project", "aurora"}) == "For which manager is it"
+    )
+    assert asked_attribute(QUESTION, {"rivera", "wedding"}) == "When does the florist come for the"
+
+
+def test_the_general_stop_words_are_spacys() -> None:
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    from cuemem.index.text import GENERAL_STOPWORDS, STOPWORDS
+
+    assert {w for w in STOP_WORDS if w.isalpha() and w.isascii()} - STOPWORDS == GENERAL_STOPWORDS - STOPWORDS
+    assert STOPWORDS < GENERAL_STOPWORDS and {"much", "get", "many"} <= GENERAL_STOPWORDS
 
 
 WEDDING = [
@@ -137,22 +146,17 @@ def test_a_question_without_goal_words_keeps_the_ranking(tmp_path: Path) -> None
 
 
 def test_search_says_what_it_took_as_the_goal_and_the_attribute(tmp_path: Path) -> None:
-    # stitch's best three all say "florist": "When does the ... come" would keep one content word, too few
-    question = "What time does the florist arrive with flowers for the Rivera wedding?"
     with open_memory(tmp_path / "s.db", "stitch") as memory:
         memory.add(WEDDING, user_id="u", session_id="a")
-        hits = memory.search(question, user_id="u", k=6).hits
+        hits = memory.search(QUESTION, user_id="u", k=6).hits
         assert hits[0].turn_ids == ["r3"]
         assert {"rivera", "wedding"} <= set(hits[0].detail["attribute"]["goal_words"])
-        assert "attribute" not in memory.search(QUESTION, user_id="u", k=6).hits[0].detail
     with open_memory(tmp_path / "off.db", "stitch", settings=Settings(attribute_weight=0)) as memory:
         memory.add(WEDDING, user_id="u", session_id="a")
-        assert "attribute" not in memory.search(question, user_id="u", k=6).hits[0].detail
+        assert "attribute" not in memory.search(QUESTION, user_id="u", k=6).hits[0].detail
 
 
-@pytest.mark.parametrize(
-    "bad", [{"attribute_weight": -1.0}, {"attribute_depth": 0}, {"attribute_reach": -1}, {"attribute_min_words": 0}]
-)
+@pytest.mark.parametrize("bad", [{"attribute_weight": -1.0}, {"attribute_depth": 0}, {"attribute_reach": -1}])
 def test_settings_refuse_a_negative_weight_or_an_empty_depth(bad: dict[str, float]) -> None:
     with pytest.raises(CuememError):
         Settings(**bad)  # type: ignore[arg-type]

@@ -84,7 +84,6 @@ RESULT_SETTINGS = (
     "attribute_weight",
     "attribute_depth",
     "attribute_reach",
-    "attribute_min_words",
     "each_speaker_weight",
     "standing_weight",
     "standing_depth",

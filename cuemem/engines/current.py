@@ -122,7 +122,9 @@ def current_first(
         return len(table.by_form.get(form_of(name), ())) >= settings.revise_recurring
 
     replaced = chains(turns, candidates, recurring, settings.revise_min_frame) if revisions else {}
-    if revisions and settings.revise_near > 0:  # the candidates ranked first: the question has picked their goal and attribute
+    if (
+        revisions and settings.revise_near > 0
+    ):  # the candidates ranked first: the question has picked their goal and attribute
         near = revised_near(turns, candidates[: settings.revise_near], recurring)
         if near:
             replaced = follow({**near, **replaced})

@@ -208,7 +208,7 @@ def attribute_first(ctx: EngineContext, query: str, ranked: Ranked, said: Said |
     items = ctx.store.get_items(ctx.ns, [i for i, _ in head])
     words = said or as_stored
     goal = goal_words(query, [words(items[i]) for i, _ in head[:3] if i in items])
-    attribute = asked_attribute(query, goal, settings.attribute_min_words)
+    attribute = asked_attribute(query, goal)
     if not attribute:
         return ranked, None
     joined = goal_turns(ctx, goal, tail[: max(0, settings.attribute_reach - settings.attribute_depth)])

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from .text import _WORD, analyze
+from .text import _WORD, GENERAL_STOPWORDS, analyze
 
 
 def goal_words(question: str, best: Sequence[str], share: int = 2) -> set[str]:
@@ -23,15 +23,16 @@ def goal_words(question: str, best: Sequence[str], share: int = 2) -> set[str]:
     return {word for word, n in said.items() if n >= share}
 
 
-def asked_attribute(question: str, goal: set[str], min_words: int = 1) -> str:
+def asked_attribute(question: str, goal: set[str]) -> str:
     """The question without its goal words ("what is the cut-off for project Phoenix" -> "what is the cut-off
-    for"); "" when fewer than `min_words` distinct content words would be left ("how much is the" keeps "much":
-    no attribute named), or when the question has no goal words to take out."""
+    for"); "" when the question has no goal words to take out, or when no word would be left that says what is
+    asked: none outside the general stop words ("how much is the", "where did I get my"; one such word, "which
+    manager is it", is enough)."""
     if not goal:
         return ""
     words = _WORD.findall(question)
     kept = [w for w in words if _key(w) not in goal]
-    if len(set(analyze(" ".join(kept)))) < max(1, min_words):
+    if not analyze(" ".join(kept), stopwords=GENERAL_STOPWORDS):
         return ""
     return " ".join(kept)
 

@@ -22,6 +22,25 @@ LUCENE_STOPWORDS = frozenset(
     this to was will with""".split()  # noqa: SIM905
 )
 
+# The rest of spaCy's English stop words (its `STOP_WORDS`, MIT licence; the alphabetic ones): words that say
+# nothing of what a question asks ("how much", "where did I get"). Not used for indexing.
+GENERAL_STOPWORDS = STOPWORDS | frozenset(
+    """
+    across afterwards almost alone along already also although always among amongst amount another anyhow anyone
+    anything anyway anywhere around back became become becomes becoming beforehand behind beside besides beyond
+    bottom ca call cannot done due eight either eleven else elsewhere empty enough even ever every everyone
+    everything everywhere except fifteen fifty first five former formerly forty four front full get give go
+    hence hereafter hereby herein hereupon however hundred indeed keep last latter latterly least less made make
+    many may meanwhile might mine moreover mostly move much must name namely neither never nevertheless next
+    nine nobody none noone nothing nowhere often one onto others otherwise part per perhaps please put quite
+    rather re really regarding say see seem seemed seeming seems serious several show side since six sixty
+    somehow someone something sometime sometimes somewhere still take ten thence thereafter thereby therefore
+    therein thereupon third though three throughout thru thus together top toward towards twelve twenty two
+    unless upon us used using various via well whatever whence whenever whereafter whereas whereby wherein
+    whereupon wherever whether whither whoever whole whose within without yet
+    """.split()  # noqa: SIM905
+)
+
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
 _WORD2 = re.compile(r"(?u)\b\w\w+\b")
 
