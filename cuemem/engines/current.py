@@ -95,6 +95,8 @@ def current_first(
     depth = settings.revise_depth
     if depth <= 0 or len(ranked) < 2:
         return ranked, {}
+    if not revisions and not (settings.goal_first and read_statement(query).numbered):
+        return ranked, {}  # no goal of the question's to put first: nothing is read
     head, tail = ranked[:depth], ranked[depth:]
     positions = sorted({table.position[i] for i, _ in head if i in table.position})
     around = sorted({p - d for p in positions for d in range(CONTEXT + 1) if p - d >= 0})
@@ -122,9 +124,8 @@ def current_first(
         return len(table.by_form.get(form_of(name), ())) >= settings.revise_recurring
 
     replaced = chains(turns, candidates, recurring, settings.revise_min_frame) if revisions else {}
-    if (
-        revisions and settings.revise_near > 0
-    ):  # the candidates ranked first: the question has picked their goal and attribute
+    # the near chains: among the candidates ranked first, the question has picked their goal and attribute
+    if revisions and settings.revise_near > 0:
         near = revised_near(turns, candidates[: settings.revise_near], recurring)
         if near:
             replaced = follow({**near, **replaced})
