@@ -18,12 +18,12 @@ from cuemem.index.revisions import (
     frame_overlap,
     goals_in_focus,
     named_elsewhere,
-    named_numbers,
     other_goal,
     read_statement,
     revised_near,
     word_roles,
 )
+from cuemem.index.statements import named_numbers
 from cuemem.types import Namespace
 
 

@@ -15,16 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from ..index.names import normalise_name
-from ..index.revisions import (
-    Turn,
-    asks_past,
-    chains,
-    follow,
-    named_elsewhere,
-    named_numbers,
-    other_goal,
-    revised_near,
-)
+from ..index.revisions import Turn, asks_past, chains, follow, named_elsewhere, other_goal, revised_near
 from ..index.statements import READING, Statement, read_statement, reading_of
 from ..store.base import Item
 from ..types import Hit
@@ -95,7 +86,8 @@ def current_first(
     depth = settings.revise_depth
     if depth <= 0 or len(ranked) < 2:
         return ranked, {}
-    if not revisions and not (settings.goal_first and read_statement(query).numbered):
+    question = read_statement(query) if settings.goal_first else None
+    if not revisions and not (question and question.numbered):
         return ranked, {}  # no goal of the question's to put first: nothing is read
     head, tail = ranked[:depth], ranked[depth:]
     positions = sorted({table.position[i] for i, _ in head if i in table.position})
@@ -130,7 +122,7 @@ def current_first(
         if near:
             replaced = follow({**near, **replaced})
     item_at = {index: item_id for item_id, index in index_of.items()}
-    others = _other_goals(query, turns, candidates, item_at, recurring) if settings.goal_first else set()
+    others = _other_goals(question, turns, candidates, item_at, recurring) if question else set()
     if not replaced and not others:
         return ranked, {}
     current_of = {item_at[i]: item_at[j] for i, j in replaced.items()}
@@ -170,24 +162,26 @@ def _below_by(order: list[int], history: dict[int, list[int]], gap: int) -> list
 
 
 def _other_goals(
-    query: str, turns: list[Turn], candidates: list[int], item_at: dict[int, int], recurring: Callable[[str], bool]
+    question: Statement,
+    turns: list[Turn],
+    candidates: list[int],
+    item_at: dict[int, int],
+    recurring: Callable[[str], bool],
 ) -> set[int]:
     """The candidates whose own numbered nouns disagree with the question's (`revisions.other_goal`: "Day 1" for a
     question about "Day 2"), or name the same numbered noun in another recurring place or thing
     (`revisions.named_elsewhere`: "Day 1 in Porto" for "Day 1 of the Lisbon trip"). Only what a turn names itself
     counts: a goal it would inherit is a guess (dev: moving those too cost stitch, whose ranking brings such turns
     up through the goal it resolved at ingest)."""
-    asked = read_statement(query).numbered
-    if not asked:
+    if not question.numbered:
         return set()
-    named = named_numbers(query)
     return {
         item_at[i]
         for i in candidates
         if (statement := turns[i].statement) is not None
         and (
-            other_goal(asked, statement.numbered)
-            or (named and named_elsewhere(named, named_numbers(turns[i].text), recurring))
+            other_goal(question.numbered, statement.numbered)
+            or (question.named and named_elsewhere(question.named, statement.named, recurring))
         )
     }
 

@@ -21,8 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from .statements import _NUMBERED, _ORDINAL, _ORDINALS, CHANGE_WORDS, MAX_TEXT, Statement, _singular, read_statement
-from .text import STOPWORDS
+from .statements import CHANGE_WORDS, Statement, read_statement
 
 MIN_FRAME = 0.5  # the share of the smaller frame that two statements of one attribute have in common (dev sweep)
 RECURRING = 3  # a name said in this many turns is a goal's anchor; a rarer one is a value (dev sweep)
@@ -181,40 +180,13 @@ def other_goal(asked: frozenset[tuple[str, str]], numbered: frozenset[tuple[str,
     return bool(asked and numbered) and _disagree(_by_noun(asked), _by_noun(numbered))
 
 
-# "Day 1 in Porto", "the Day 2 hotel in Lisbon": a preposition after the numbered noun or after one word more
-_NAMED_AFTER = re.compile(r"(?:\s+[a-z]+)?\s+(?:in|of|at|for|from)\s+(?:the\s+)?([A-Z][\w'-]*)")
-_NAMED_BEFORE = re.compile(r"\b([A-Z][\w-]*)(?:'s)?\s+(?:the\s+)?$")  # "Porto day 1", "Lyon's second day"
-
-
-def named_numbers(text: str) -> frozenset[tuple[str, str, str]]:
-    """The numbered nouns a turn qualifies with a name right beside them, as (noun, number, name): "Day 1 in Porto",
-    "the first day of the Lyon trip", "Porto day 1" -> ("day", "1", "porto"). Only the words next to the numbered
-    noun count: "Day 2 dinner is at Cervejaria Ramiro" names its restaurant, not its day."""
-    text = (text or "")[:MAX_TEXT]
-    out: set[tuple[str, str, str]] = set()
-    spans: list[tuple[str, str, int, int]] = []
-    for m in _ORDINAL.finditer(text):
-        ordinal = _ORDINALS.get((m.group(1) or "").lower()) or int(m.group(2) or 0)
-        spans.append((_singular(m.group(3).lower()), str(ordinal), m.start(), m.end()))
-    for m in _NUMBERED.finditer(text):
-        if not m.group(1).isdigit():
-            spans.append((_singular(m.group(1).lower()), str(int(m.group(2))), m.start(), m.end()))
-    for noun, number, start, end in spans:
-        if noun in STOPWORDS:
-            continue
-        for found in (_NAMED_AFTER.match(text, end), _NAMED_BEFORE.search(text[max(0, start - 40) : start])):
-            name = found.group(1).lower() if found else ""
-            if name and name not in STOPWORDS and name != noun:
-                out.add((noun, number, name))
-    return frozenset(out)
-
-
 def named_elsewhere(
     asked: frozenset[tuple[str, str, str]], said: frozenset[tuple[str, str, str]], recurring: Callable[[str], bool]
 ) -> bool:
     """Whether a turn puts a numbered noun of the question in another place or thing than the question does: "Day 1
-    in Porto" for "Day 1 of the Lisbon trip". Both names must recur in the conversation (a goal's anchor, not a
-    value said once), and the turn must name none of the question's for that numbered noun."""
+    in Porto" for "Day 1 of the Lisbon trip" (each side's `Statement.named`). Both names must recur in the
+    conversation (a goal's anchor, not a value said once), and the turn must name none of the question's for that
+    numbered noun."""
     mine: dict[tuple[str, str], set[str]] = {}
     for noun, number, name in asked:
         if recurring(name):
@@ -423,7 +395,6 @@ __all__ = [
     "frame_overlap",
     "goals_in_focus",
     "named_elsewhere",
-    "named_numbers",
     "other_goal",
     "read_statement",
     "revised_near",

@@ -100,6 +100,7 @@ class Statement:
     )  # (kind, value) it names as the old one ("not X", "instead of X")
     opener: str = ""  # a capitalised word opening the turn: a name or a verb ("Put", "Book"); an anchor only alone
     revises: bool = False  # says a word of REVISE_WORDS: a value of it was replaced
+    named: frozenset[tuple[str, str, str]] = frozenset()  # numbered nouns with the name beside them (`named_numbers`)
 
     def anchors(self, recurring: Callable[[str], bool], inside: frozenset[str] = frozenset()) -> frozenset[str]:
         """The goal anchors: its numbered nouns and the words of its recurring names; failing those, the word that
@@ -118,9 +119,38 @@ def _number(text: str) -> str:
     return value[:-2] if value.endswith(".0") else value
 
 
+# "Day 1 in Porto", "the Day 2 hotel in Lisbon": a preposition after the numbered noun or after one word more
+_NAMED_AFTER = re.compile(r"(?:\s+[a-z]+)?\s+(?:in|of|at|for|from)\s+(?:the\s+)?([A-Z][\w'-]*)")
+_NAMED_BEFORE = re.compile(r"\b([A-Z][\w-]*)(?:'s)?\s+(?:the\s+)?$")  # "Porto day 1", "Lyon's second day"
+
+
+def named_numbers(text: str) -> frozenset[tuple[str, str, str]]:
+    """The numbered nouns a turn qualifies with a name right beside them, as (noun, number, name): "Day 1 in Porto",
+    "the first day of the Lyon trip", "Porto day 1" -> ("day", "1", "porto"). Only the words next to the numbered
+    noun count: "Day 2 dinner is at Cervejaria Ramiro" names its restaurant, not its day."""
+    text = (text or "")[:MAX_TEXT]
+    spans: list[tuple[str, str, int, int]] = []
+    for m in _ORDINAL.finditer(text):
+        ordinal = _ORDINALS.get((m.group(1) or "").lower()) or int(m.group(2) or 0)
+        spans.append((_singular(m.group(3).lower()), str(ordinal), m.start(), m.end()))
+    for m in _NUMBERED.finditer(text):
+        if not m.group(1).isdigit():
+            spans.append((_singular(m.group(1).lower()), str(int(m.group(2))), m.start(), m.end()))
+    out: set[tuple[str, str, str]] = set()
+    for noun, number, start, end in spans:
+        if noun in STOPWORDS:
+            continue
+        for found in (_NAMED_AFTER.match(text, end), _NAMED_BEFORE.search(text[max(0, start - 40) : start])):
+            name = found.group(1).lower() if found else ""
+            if name and name not in STOPWORDS and name != noun:
+                out.add((noun, number, name))
+    return frozenset(out)
+
+
 def read_statement(text: str) -> Statement:
     """A turn's values, frame, names, numbered nouns and change words (docs/design.md design 3)."""
     text = (text or "")[:MAX_TEXT]
+    named = named_numbers(text)
     values: dict[str, set[str]] = {}
     masked = text
     replaced: set[tuple[str, str]] = set()
@@ -209,6 +239,7 @@ def read_statement(text: str) -> Statement:
         frozenset(replaced),
         opener,
         bool(words & REVISE_WORDS),
+        named,
     )
 
 
@@ -255,6 +286,7 @@ def stored_reading(text: str) -> dict[str, Any]:
         "replaced": sorted(statement.replaced),
         "opener": statement.opener,
         "revises": statement.revises,
+        "named": sorted(statement.named),
     }
 
 
@@ -273,6 +305,7 @@ def reading_of(text: str, stored: Any = None) -> Statement:
                 frozenset((str(kind), str(v)) for kind, v in stored["replaced"]),
                 str(stored["opener"]),
                 bool(stored["revises"]),
+                frozenset((str(noun), str(n), str(name)) for noun, n, name in stored["named"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             pass  # a damaged record: read the text again
@@ -284,6 +317,7 @@ __all__ = [
     "OLD_CUES",
     "READING",
     "Statement",
+    "named_numbers",
     "read_statement",
     "reader_version",
     "reading_of",
