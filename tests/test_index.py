@@ -10,10 +10,10 @@ import pytest
 from cuemem.embed.cached import embed_texts_cached
 from cuemem.index.bm25 import BM25Index
 from cuemem.index.budget import pack
-from cuemem.index.fusion import reciprocal_rank_fusion
+from cuemem.index.fusion import fuse_positions, reciprocal_rank_fusion
 from cuemem.index.text import analyze
 from cuemem.index.tokens import TokenCounter, minilm_dir
-from cuemem.store.vectors import DenseIndex
+from cuemem.store.vectors import DenseIndex, top_order
 from cuemem.types import Hit
 
 
@@ -121,6 +121,35 @@ def test_rrf_fuses_by_reciprocal_rank():
     assert fused["b"] == pytest.approx(1 / 62 + 1 / 61)
     assert fused["a"] == pytest.approx(1 / 61)
     assert [key for key, _ in reciprocal_rank_fusion([["a", "b", "c"], ["b", "c"]], k=60)] == ["b", "c", "a"]
+
+
+def test_fused_positions_are_the_fusion_of_the_same_rankings():
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        size = int(rng.integers(1, 120))
+        rankings = [rng.permutation(size)[: int(rng.integers(0, size + 1))] for _ in range(int(rng.integers(0, 5)))]
+        weights = [float(w) for w in rng.choice([0.0, 0.2, 0.35, 1.0], size=len(rankings))] if trial % 2 else None
+        expected = reciprocal_rank_fusion([r.tolist() for r in rankings], k=60, weights=weights)
+        order, scores = fuse_positions(rankings, size, k=60, weights=weights)
+        assert list(zip(order.tolist(), scores.tolist(), strict=True)) == expected  # the same floats, in order
+    assert fuse_positions([np.array([2, 0]), np.array([0, 2])], 3)[0].tolist() == [2, 0]  # a tie: first seen
+    with pytest.raises(ValueError, match="1 weights for 2 rankings"):
+        fuse_positions([np.array([0]), np.array([1])], 2, weights=[1.0])
+
+
+def test_top_order_is_the_stable_sort_cut_at_k():
+    rng = np.random.default_rng(5)
+    for trial in range(500):
+        n = int(rng.integers(0, 200))
+        scores = rng.integers(-2, 4, size=n).astype(np.float32) if trial % 2 else rng.normal(size=n)  # ties, or none
+        k = int(rng.integers(0, n + 3))
+        for positive_only in (True, False):
+            expected = np.argsort(-scores, kind="stable")
+            if positive_only:
+                expected = expected[scores[expected] > 0]
+            assert top_order(scores, k, positive_only=positive_only).tolist() == expected[:k].tolist()
+    ties = np.array([1.0, 3.0, 1.0, 1.0, 2.0, 1.0])
+    assert top_order(ties, 4).tolist() == [1, 4, 0, 2]  # the tie at the cut: the lower indexes
 
 
 def test_pack_keeps_rank_order_and_skips_what_does_not_fit():

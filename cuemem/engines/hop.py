@@ -18,7 +18,7 @@ the first by reciprocal rank. Each hop hit keeps its path: the pivot turn, the s
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from ..index.focus import Focus, anchor_words
 from ..index.fusion import reciprocal_rank_fusion
 from ..index.names import normalise_name
 from ..index.text import STOPWORDS
+from ..store.vectors import top_order
 from ..types import Hit
 from .base import EngineContext
 from .refine import turn_table
@@ -176,7 +177,7 @@ def second_hop(
     question_goal: Sequence[str],
     *,
     question_weight: float,
-) -> tuple[list[tuple[int, float]], dict[int, Path]]:
+) -> tuple[list[tuple[int, float]], Mapping[int, Path]]:
     """Spread activation from the pivot turns (item -> initial activation) and the question's own goal words
     (activation `question_weight`) to the turns of the same goal, each source's activation shared among the turns
     it reaches in proportion to their goal's cosine with its own; every reached turn with its activation and path
@@ -208,14 +209,31 @@ def second_hop(
         best = np.where(better, received, best)
         source = np.where(better, len(sources), source)
         sources.append((start, words))
-    order = [i for i in np.flatnonzero(total > 0)]
-    ranked = [(graph.turns[i], float(total[i])) for i in order]
-    paths = {}
-    for i in order:
-        pivot, words = sources[int(source[i])]
-        mine = set(goal_words(graph.anchors[graph.turns[i]]))
-        paths[graph.turns[i]] = Path(pivot, [w for w in words if w in mine], float(total[i]))
-    return ranked, paths
+    order = np.flatnonzero(total > 0)
+    ranked = list(zip(np.asarray(graph.turns, dtype=np.int64)[order].tolist(), total[order].tolist(), strict=True))
+    return ranked, ReachedPaths(graph, sources, {graph.turns[i]: (int(source[i]), float(total[i])) for i in order})
+
+
+class ReachedPaths(Mapping[int, Path]):
+    """Each reached turn's path, made when it is asked for: a hop reaches thousands of turns at 10,000 and keeps
+    its width of them, so reading every reached turn's goal words cost most of the hop's time."""
+
+    def __init__(
+        self, graph: GoalGraph, sources: list[tuple[int | None, list[str]]], reached: dict[int, tuple[int, float]]
+    ) -> None:
+        self._graph, self._sources, self._reached = graph, sources, reached
+
+    def __getitem__(self, item: int) -> Path:
+        source, activation = self._reached[item]
+        pivot, words = self._sources[source]
+        mine = set(goal_words(self._graph.anchors[item]))
+        return Path(pivot, [w for w in words if w in mine], activation)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._reached)
+
+    def __len__(self) -> int:
+        return len(self._reached)
 
 
 @dataclass(frozen=True)
@@ -276,11 +294,13 @@ def hop_ranking(
     values: Sequence[str],
     query_vector: np.ndarray,
     hop: HopSettings,
+    cosines: Callable[[list[int]], dict[int, float]] | None = None,
 ) -> tuple[list[tuple[int, float]], dict[int, Path]]:
     """The second hop over `space`: the goal's turns reached from the pivots (the first ranking's top turns, and
     the turns that state a value or name the question states) and from the question's own goal (`anchors`),
     ordered by activation x similarity to the question (the asked attribute), fused by reciprocal rank with the
-    first ranking, weighted `weight` x the share of the activation the hop ranking holds."""
+    first ranking, weighted `weight` x the share of the activation the hop ranking holds. `cosines` gives items'
+    cosines with the question where the engine has them already (else they are read from the store)."""
     if hop.weight <= 0 or not first:
         return first, {}
     participants = frozenset(normalise_name(s) for s in turn_table(ctx, space).speakers if s)
@@ -297,9 +317,10 @@ def hop_ranking(
         return first, {}
     total = sum(a for _, a in reached)
     if len(reached) > hop.width * MOST_REACHED:  # the most activated, in the graph's order (ties keep it)
-        keep = {item for item, _ in sorted(reached, key=lambda x: -x[1])[: hop.width * MOST_REACHED]}
-        reached = [(item, a) for item, a in reached if item in keep]
-    cosine = _cosines(ctx, [item for item, _ in reached], query_vector)
+        keep = np.sort(top_order(np.array([a for _, a in reached]), hop.width * MOST_REACHED, positive_only=False))
+        reached = [reached[i] for i in keep.tolist()]
+    items = [item for item, _ in reached]
+    cosine = cosines(items) if cosines is not None else _cosines(ctx, items, query_vector)
     scored = sorted(
         ((item, activation * max(cosine.get(item, 0.0), 0.0) ** hop.attribute) for item, activation in reached),
         key=lambda x: -x[1],
@@ -318,8 +339,15 @@ def _cosines(ctx: EngineContext, items: list[int], query_vector: np.ndarray) -> 
     whole namespace would cost as much as the namespace is large)."""
     query = np.asarray(query_vector, dtype=np.float32)
     query = query / (float(np.linalg.norm(query)) or 1.0)
-    found = ctx.store.item_vectors(ctx.ns, ctx.embedder.name, items)
-    return {i: float(v @ query) / (float(np.linalg.norm(v)) or 1.0) for i, v in found.items() if v.shape == query.shape}
+    found = {
+        i: v for i, v in ctx.store.item_vectors(ctx.ns, ctx.embedder.name, items).items() if v.shape == query.shape
+    }
+    if not found:
+        return {}
+    rows = np.stack(list(found.values()))
+    norms = np.linalg.norm(rows, axis=1)
+    cosines = (rows @ query) / np.where(norms > 0, norms, 1.0)
+    return dict(zip(found, cosines.tolist(), strict=True))
 
 
 def path_details(ctx: EngineContext, hits: Sequence[Hit], paths: dict[int, Path]) -> list[dict[str, Any] | None]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TypeVar
 
+import numpy as np
+
 K = TypeVar("K", bound=Hashable)
 
 
@@ -22,5 +24,23 @@ def reciprocal_rank_fusion(
     for ranking, weight in zip(rankings, weights or [1.0] * len(rankings), strict=True):
         for rank, key in enumerate(ranking, start=1):
             scores[key] = scores.get(key, 0.0) + weight / (k + rank)
-    order = {key: i for i, key in enumerate(scores)}
-    return sorted(scores.items(), key=lambda kv: (-kv[1], order[kv[0]]))
+    return sorted(scores.items(), key=lambda kv: -kv[1])  # a stable sort: ties stay in first-seen order
+
+
+def fuse_positions(
+    rankings: Sequence[np.ndarray], size: int, k: int = 60, weights: Sequence[float] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """`reciprocal_rank_fusion` over rankings of positions 0..size-1 as arrays: (the positions, best first; their
+    fused scores), the same order and the same floats (each position's terms are added in the rankings' order), for
+    a caller that fuses thousands of positions at every search (stitch at 10,000 steps). A ranking lists a position
+    once."""
+    if weights is not None and len(weights) != len(rankings):
+        raise ValueError(f"{len(weights)} weights for {len(rankings)} rankings")
+    total = np.zeros(size, dtype=np.float64)
+    for ranking, weight in zip(rankings, weights or [1.0] * len(rankings), strict=True):
+        ranking = np.asarray(ranking, dtype=np.int64)
+        total[ranking] += weight / (k + np.arange(1, len(ranking) + 1, dtype=np.float64))
+    seen = np.concatenate([np.asarray(r, dtype=np.int64) for r in rankings]) if rankings else np.zeros(0, np.int64)
+    keys, first = np.unique(seen, return_index=True)
+    order = keys[np.lexsort((first, -total[keys]))]  # score descending, then first seen
+    return order, total[order]

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from ...index.fusion import reciprocal_rank_fusion
+from ...index.fusion import fuse_positions
 from ...index.statements import READING, stored_reading
 from ...store.base import DerivedSpec, Item, NewItem, Scores, as_scores
+from ...store.vectors import top_order
 from ...types import Hit, Turn
 from ..base import BaseEngine, EngineContext, variant_name
 from ..baselines import prepare_embeddings, turn_document, turn_words
@@ -48,6 +49,17 @@ class StepTable:
     events: list[frozenset[str]]
     entities: list[frozenset[str]]
     goals: GoalGraph  # steps x the words of their goal (the second hop)
+    by_label: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)  # (kind, label) -> its steps' positions
+
+    def carrying(self, kind: str, labels: set[str]) -> np.ndarray:
+        """Per step: whether it carries one of `labels` of `kind` ("event" or "entity")."""
+        out = np.zeros(len(self.ids), dtype=bool)
+        for label in labels:
+            out[self.by_label.get((kind, label), _NONE)] = True
+        return out
+
+
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 class StitchEngine(BaseEngine):
@@ -316,6 +328,11 @@ class StitchEngine(BaseEngine):
             ids = sorted(labels)
             segments: dict[str, int] = {}
             scopes: dict[str, int] = {}
+            by_label: dict[tuple[str, str], list[int]] = {}
+            for position, i in enumerate(ids):
+                for kind in ("event", "entity"):
+                    for label in set(labels[i].get(kind, [])):
+                        by_label.setdefault((kind, label), []).append(position)
             table = StepTable(
                 ids=ids,
                 position={item: i for i, item in enumerate(ids)},
@@ -325,6 +342,7 @@ class StitchEngine(BaseEngine):
                 events=[frozenset(labels[i].get("event", [])) for i in ids],
                 entities=[frozenset(labels[i].get("entity", [])) for i in ids],
                 goals=GoalGraph.build([(i, a) for i in ids for a in labels[i].get("goal", [])]),
+                by_label={key: np.asarray(rows, dtype=np.int64) for key, rows in by_label.items()},
             )
             ctx.indexes.keep_view(ns, name, version, table)
             return table
@@ -345,9 +363,14 @@ class StitchEngine(BaseEngine):
         asked = analyze_query(query)
         events, types = self.labeller(ctx).query_filter(state, query, query_vector, asked)
 
+        def similarity(vector: np.ndarray) -> np.ndarray:
+            return _dense_array(ctx.nearest_scores(step_space, ctx.embedder.name, vector, n), table, fill=-1.0)
+
+        asked_similarity = similarity(query_vector)  # read again by the hop: computed once
+
         def ranking(text: str, vector: np.ndarray) -> list[tuple[int, float]]:
             lexical = _dense_array(as_scores(ctx.bm25(step_space, text, n)), table, fill=0.0)
-            semantic = _dense_array(ctx.nearest_scores(step_space, ctx.embedder.name, vector, n), table, fill=-1.0)
+            semantic = asked_similarity if vector is query_vector else similarity(vector)
             lists = [lexical, semantic]
             bm25_weight, dense_weight = ctx.fusion_weights()
             weights = [bm25_weight, dense_weight]
@@ -357,8 +380,8 @@ class StitchEngine(BaseEngine):
                     lists.append(relevance + 0.01 * scores)  # within a scope, the step's own similarity decides
                     weights.append(weight * cfg.scope_weight)
             depth = min(n, cfg.fusion_depth)
-            rankings = [np.argsort(-s, kind="stable")[:depth].tolist() for s in lists]
-            fused = [(int(i), s) for i, s in reciprocal_rank_fusion(rankings, k=ctx.settings.rrf_k, weights=weights)]
+            rankings = [top_order(s, depth, positive_only=False) for s in lists]
+            fused = fuse_positions(rankings, n, k=ctx.settings.rrf_k, weights=weights)
             ranked = self._rank_by_density(table, fused, lists, set(events), set(types), max(k, depth))
             return [(table.ids[i], score) for i, score in ranked]
 
@@ -371,6 +394,7 @@ class StitchEngine(BaseEngine):
             asked.values,
             query_vector,
             self.hop,
+            cosines=lambda items: _cosines_of(asked_similarity, table, items, query_vector),
         )
         ranked, detail = refine(ctx, step_space, query, query_vector, first, ranking, said_by_step)
         hits = ctx.hits_from_items(ranked[:k], self.name)
@@ -388,40 +412,40 @@ class StitchEngine(BaseEngine):
     def _rank_by_density(
         self,
         table: StepTable,
-        fused: list[tuple[int, float]],
+        fused: tuple[np.ndarray, np.ndarray],
         lists: list[np.ndarray],
         events: set[str],
         types: set[str],
         k: int,
     ) -> list[tuple[int, float]]:
         """Label density: how many of the query's filter labels a step carries (event types, entity types, and in
-        strict ranking the query's best scopes)."""
+        strict ranking the query's best scopes), over the fused (positions, scores), best first."""
         cfg = self.config
+        positions, fused_scores = fused
         use_events = cfg.use_event and bool(events)
         use_types = cfg.use_entity and bool(types)
-
-        def density(i: int) -> tuple[int, int]:
-            event_match = use_events and bool(table.events[i] & events)
-            type_match = use_types and bool(table.entities[i] & types)
-            return int(event_match), int(type_match)
-
+        event_match = table.carrying("event", events)[positions] if use_events else np.zeros(len(positions), bool)
+        type_match = table.carrying("entity", types)[positions] if use_types else np.zeros(len(positions), bool)
         if cfg.ranking == "strict":
             scopes: set[int] = set()
             if cfg.use_scope:
-                best = [i for i, _ in fused[:3]]
-                scopes = {int(table.scope[i]) for i in best}
-            scored = [(i, sum(density(i)) + int(int(table.scope[i]) in scopes), s) for i, s in fused]
-            matched = sorted([x for x in scored if x[1] > 0], key=lambda x: (-x[1], -x[2]))
-            if not matched:  # the filter matches nothing: fall back to dense search
-                order = np.argsort(-lists[1], kind="stable")[:k]
+                scopes = {int(table.scope[i]) for i in positions[:3].tolist()}
+            in_scope = np.isin(table.scope[positions], list(scopes))
+            density = event_match.astype(int) + type_match.astype(int) + in_scope.astype(int)
+            matched = np.flatnonzero(density > 0)
+            if len(matched) == 0:  # the filter matches nothing: fall back to dense search
+                order = top_order(lists[1], k, positive_only=False)
                 return [(int(i), float(lists[1][i])) for i in order]
-            return [(i, d + s) for i, d, s in matched[: min(k, cfg.k_retrieve)]]
-        boosted = []
-        for i, s in fused:
-            ev, ty = density(i)
-            boosted.append((i, s * (1.0 + cfg.event_boost * ev + cfg.entity_boost * ty)))
-        boosted.sort(key=lambda x: -x[1])
-        return boosted[:k]
+            matched = matched[np.lexsort((matched, -fused_scores[matched], -density[matched]))]
+            matched = matched[: min(k, cfg.k_retrieve)]
+            return list(
+                zip(positions[matched].tolist(), (density[matched] + fused_scores[matched]).tolist(), strict=True)
+            )
+        if use_events or use_types:  # the fused similarity boosted by the labels carried, stable for ties
+            fused_scores = fused_scores * (1.0 + cfg.event_boost * event_match + cfg.entity_boost * type_match)
+            order = np.argsort(-fused_scores, kind="stable")[:k]
+            positions, fused_scores = positions[order], fused_scores[order]
+        return list(zip(positions[:k].tolist(), fused_scores[:k].tolist(), strict=True))
 
 
 def canonical_summary(doc: str, antecedents: Sequence[str]) -> str:
@@ -458,6 +482,15 @@ def _dense_array(scored: Scores, table: StepTable, fill: float) -> np.ndarray:
         kept = table.id_array[found] == items
         out[found[kept]] = scores[kept]
     return out
+
+
+def _cosines_of(similarity: np.ndarray, table: StepTable, items: list[int], vector: np.ndarray) -> dict[int, float]:
+    """The steps' cosines with the question, read from the similarity the first ranking computed over every step
+    (dense search's: the stored vectors taken as unit vectors; the question's divided by its norm), for the steps
+    that have a vector."""
+    norm = float(np.linalg.norm(vector)) or 1.0
+    rows = [(i, table.position[i]) for i in items if i in table.position]
+    return {i: float(similarity[r]) / norm for i, r in rows if similarity[r] > -1.0}
 
 
 def _group_max(scores: np.ndarray, groups: np.ndarray) -> np.ndarray:
