@@ -456,6 +456,20 @@ def test_the_second_hop_reaches_the_answer_through_the_pivots_goal(make_memory, 
     assert not any("hop" in h.detail for h in without)
 
 
+def test_the_hops_paths_are_those_of_the_turns_it_reached() -> None:
+    from cuemem.engines.hop import GoalGraph, second_hop
+
+    links = [(1, "the Harwick cottage"), (2, "the Harwick cottage"), (3, "the Elm Street flat"), (4, "Day 2")]
+    graph = GoalGraph.build(links)
+    reached, paths = second_hop(graph, {1: 1.0}, [], question_weight=0.0)
+    assert [item for item, _ in reached] == [1, 2] == sorted(paths) and len(paths) == 2
+    assert paths[2].pivot == 1 and set(paths[2].goal) == {"harwick", "cottage"}
+    assert paths[2].activation == dict(reached)[2]
+    for missing in (3, 99):  # a turn the hop did not reach, and one the graph does not hold
+        with pytest.raises(KeyError):
+            paths[missing]
+
+
 @pytest.mark.parametrize("engine", ["scg", "stitch"])
 def test_deleting_the_pivot_removes_the_hops_path(make_memory, engine) -> None:
     memory = make_memory(engine)

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from ..index.names import normalise_name
 from ..index.revisions import Turn, asks_past, chains, follow, named_elsewhere, other_goal, revised_near
 from ..index.statements import READING, Statement, read_statement, reading_of
 from ..store.base import Item
@@ -104,16 +103,8 @@ def current_first(
         turns.append(Turn(found.text, found.session, found.statement))
     candidates = [index_of[i] for i, _ in head if i in index_of]
 
-    forms: dict[str, str] = {}  # this call's: the same few names are asked about thousands of times
-
-    def form_of(name: str) -> str:
-        form = forms.get(name)
-        if form is None:
-            form = forms[name] = normalise_name(name)
-        return form
-
     def recurring(name: str) -> bool:
-        return len(table.by_form.get(form_of(name), ())) >= settings.revise_recurring
+        return table.recurs(name, settings.revise_recurring)
 
     replaced = chains(turns, candidates, recurring, settings.revise_min_frame) if revisions else {}
     # the near chains: among the candidates ranked first, the question has picked their goal and attribute

@@ -211,7 +211,7 @@ def second_hop(
         sources.append((start, words))
     order = np.flatnonzero(total > 0)
     ranked = list(zip(np.asarray(graph.turns, dtype=np.int64)[order].tolist(), total[order].tolist(), strict=True))
-    return ranked, ReachedPaths(graph, sources, {graph.turns[i]: (int(source[i]), float(total[i])) for i in order})
+    return ranked, ReachedPaths(graph, sources, source, total)
 
 
 class ReachedPaths(Mapping[int, Path]):
@@ -219,21 +219,23 @@ class ReachedPaths(Mapping[int, Path]):
     its width of them, so reading every reached turn's goal words cost most of the hop's time."""
 
     def __init__(
-        self, graph: GoalGraph, sources: list[tuple[int | None, list[str]]], reached: dict[int, tuple[int, float]]
+        self, graph: GoalGraph, sources: list[tuple[int | None, list[str]]], source: np.ndarray, total: np.ndarray
     ) -> None:
-        self._graph, self._sources, self._reached = graph, sources, reached
+        self._graph, self._sources, self._source, self._total = graph, sources, source, total
 
     def __getitem__(self, item: int) -> Path:
-        source, activation = self._reached[item]
-        pivot, words = self._sources[source]
+        row = self._graph.row.get(item)
+        if row is None or not self._total[row] > 0:
+            raise KeyError(item)
+        pivot, words = self._sources[int(self._source[row])]
         mine = set(goal_words(self._graph.anchors[item]))
-        return Path(pivot, [w for w in words if w in mine], activation)
+        return Path(pivot, [w for w in words if w in mine], float(self._total[row]))
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self._reached)
+        return iter(np.asarray(self._graph.turns, dtype=np.int64)[self._total > 0].tolist())
 
     def __len__(self) -> int:
-        return len(self._reached)
+        return int(np.count_nonzero(self._total > 0))
 
 
 @dataclass(frozen=True)

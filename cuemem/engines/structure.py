@@ -95,6 +95,9 @@ def _span_label(start: str, end: str, kind: str) -> str:
     return DateSpan(date.fromisoformat(start), date.fromisoformat(end), kind, "").label()
 
 
+MAX_FORMS = 20_000  # names whose normalised form a table remembers
+
+
 @dataclass
 class TurnTable:
     """Query-side view of a namespace's turn items: who said each, who it names, and when (rebuilt on change)."""
@@ -166,6 +169,21 @@ class TurnTable:
         return TurnTable(
             [*self.ids, *ids], position, people, frozen, spans, unparsed, speakers, mentioned, said, standing
         )
+
+    def recurs(self, name: str, at_least: int) -> bool:
+        """Whether `name` is said by or named in at least `at_least` items (by its normalised form, remembered for
+        the table's life: a search asks about the same few names hundreds of times)."""
+        forms = self._forms
+        form = forms.get(name)
+        if form is None:
+            if len(forms) >= MAX_FORMS:  # names from questions are unbounded: start again
+                forms.clear()
+            form = forms[name] = normalise_name(name)
+        return len(self.by_form.get(form, ())) >= at_least
+
+    @cached_property
+    def _forms(self) -> dict[str, str]:
+        return {}
 
     @cached_property
     def speaker_people(self) -> PersonIndex | None:

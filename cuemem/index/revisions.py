@@ -265,7 +265,10 @@ def chains(
     candidate -> the candidate that holds its current value (the latest of its chain). Turns that are not
     candidates serve only as context: the goal in focus that an anchorless candidate inherits."""
     goals = goals_in_focus(turns, candidates, recurring)
-    frequency: Counter[str] = Counter(w for turn in turns if turn.statement for w in turn.statement.frame)
+    frequency: Counter[str] = Counter()
+    for turn in turns:
+        if turn.statement:
+            frequency.update(turn.statement.frame)
 
     size = len(turns)
     weights = {word: math.log(1 + size / (1 + count)) for word, count in frequency.items()}  # every frame's words
