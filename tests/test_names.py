@@ -149,6 +149,11 @@ def test_generic_labels() -> None:
         ("", []),
         ("Forget Garden Room, it's Garden Club now.", ["Garden Room", "Garden Club"]),  # the verb is no name
         ("Okay. Scrap Hotel Mar; call Nina instead.", ["Hotel Mar", "Nina"]),
+        # a lowercase particle inside a name keeps it whole; one no name word follows is no part of it
+        ("We eat at Taberna do Largo, then Casa da Música.", ["Taberna do Largo", "Casa da Música"]),
+        ("Ludwig van Beethoven wrote it for Anna von Berg.", ["Ludwig van Beethoven", "Anna von Berg"]),
+        ("Ask Tom do it. Then Lisa de, Lisa.", ["Tom", "Lisa"]),
+        ("I met Marta de la Cruz.", ["Marta", "Cruz"]),  # one particle only: "de la" splits
     ],
 )
 def test_candidate_names(text: str, expected: list[str]) -> None:

@@ -71,6 +71,8 @@ _FOLD_MULTI = {"æ": "ae", "œ": "oe", "þ": "th", "ð": "d"}
 _POSSESSIVE = re.compile(r"(?<=[^\W_])(?:['’]s|(?<=s)['’])(?=\W|$)", re.IGNORECASE)
 _NON_WORD = re.compile(r"[\W_]+")
 _SENTENCE_BREAK = re.compile(r"[.!?:;\"“\n]")
+# Lowercase words inside a name of several words: "Taberna do Largo", "Casa da Música", "Ludwig van Beethoven".
+NAME_PARTICLES = frozenset(("da", "das", "de", "del", "della", "der", "di", "do", "dos", "du", "van", "von"))
 _WORD = re.compile(r"[^\W\d_]+(?:['’\-][^\W\d_]+)*(?:['’]s?)?")
 
 
@@ -243,13 +245,18 @@ def candidate_names(text: str) -> list[str]:
             seq.clear()
 
     prev_end = 0
+    particle = ""  # a lowercase particle after a name word, kept if a name word follows ("Taberna do Largo")
     for m in _WORD.finditer(text):
         gap = text[prev_end : m.start()]
         sentence_start = prev_end == 0 or bool(_SENTENCE_BREAK.search(gap))
         prev_end = m.end()
         if gap.strip() or "\n" in gap:
             flush()
+            particle = ""
         base, possessive = _strip_possessive(m.group(0))
+        if seq and not particle and not possessive and base in NAME_PARTICLES:
+            particle = base
+            continue
         if (
             len(base) < 2
             or not base[0].isupper()
@@ -259,7 +266,11 @@ def candidate_names(text: str) -> list[str]:
             or (sentence_start and base.lower() in LEADING_VERBS)  # "Forget Garden Room"
         ):
             flush()
+            particle = ""
             continue
+        if particle:
+            seq.append(particle)
+            particle = ""
         seq.append(base)
         if possessive:
             flush()
