@@ -7,8 +7,9 @@ turn leaves it implicit ("re: Lisbon trip"), every relative date resolved to an 
 ("yesterday = 7 May 2023"), and, for a value replaced later, which turn replaced it.
 
 The model answers from those excerpts; its reply is cut to what it adds to the question (`concise`: "Lena is
-allergic to shellfish." → "shellfish"), then the model *chooses* the supporting ids under constraint among the ids it
-was shown, so a citation can never name a turn it did not see. When the excerpts do not hold the answer it replies
+allergic to shellfish." → "shellfish"). It cites the shown turns that say the answer (`holding`); where none says
+all of it, the model *chooses* the supporting ids under constraint among the ids it was shown, so a citation can
+never name a turn it did not see. When the excerpts do not hold the answer it replies
 "The memory does not say." `read_stream` gives the answer's text as it is decoded, then the whole `Answer`.
 """
 
@@ -20,7 +21,7 @@ from datetime import datetime
 
 from .index.dates import format_day
 from .index.names import is_generic_label, named_speaker, speaker_index
-from .index.text import STOPWORDS
+from .index.text import STOPWORDS, analyze
 from .llm import LLMClient, LLMError
 from .types import Answer, Hit, Retrieval
 
@@ -58,8 +59,7 @@ def excerpt(hit: Hit) -> str:
     detail = hit.detail
     when = detail.get("date")
     day = format_day(datetime.fromisoformat(when)) if isinstance(when, str) and when[:4].isdigit() else ""
-    text = hit.text
-    speaker, said = ([*text.split(": ", 1), ""])[:2] if detail.get("form") is not None and ": " in text else ("", text)
+    speaker, said = _speaker_and_words(hit)
     goals = [g for g in detail.get("resolved") or [] if isinstance(g, str) and _names_a_goal(g)]
     who = speaker + (f" (re: {', '.join(goals[:2])})" if goals else "")
     head = ", ".join(x for x in (day, who) if x)
@@ -68,6 +68,15 @@ def excerpt(hit: Hit) -> str:
     later = revision.get("replaced_by") if isinstance(revision, dict) else None
     note = f" (replaced later by {', '.join(later)})" if later else ""
     return f"[{','.join(hit.turn_ids)}] {head}: {said}{note}" if head else f"[{','.join(hit.turn_ids)}] {said}{note}"
+
+
+def _speaker_and_words(hit: Hit) -> tuple[str, str]:
+    """A hit's speaker and its words (a turn's text is stored as "Speaker: words")."""
+    text = hit.text
+    if hit.detail.get("form") is not None and ": " in text:
+        speaker, said = text.split(": ", 1)
+        return speaker, said
+    return "", text
 
 
 def inline_dates(text: str) -> str:
@@ -314,7 +323,8 @@ def read_stream(
             abstain, [], retrieval, list(notes), evidence_tokens=tokens, evidence_turn_ids=shown_ids, support=support
         )
         return
-    cited = _cite(client, messages, text, ids, cite, margin)
+    shown_hits = [hit for hit in retrieval.hits if hit.turn_ids and hit.turn_ids[0] in used]  # rank order
+    cited = holding(text, shown_hits, cite) or _cite(client, messages, text, ids, cite, margin)
     yield Answer(
         text,
         cited,
@@ -448,6 +458,23 @@ def abstains(text: str, abstain: str = ABSTAIN) -> bool:
     core = abstain.lower().rstrip(".")
     said = text.lower().strip(" .\"'")
     return core in said or said in {"unknown", "not mentioned", "none", "n/a"}
+
+
+def holding(answer: str, hits: Sequence[Hit], most: int = 2) -> list[str]:
+    """The turns that hold the answer: the ids of the first `most` hits (in rank order) whose words, the dates
+    resolved in them included, say every content word of the answer ("110 euros" in "Day 2 is now 110 euros a
+    night"; the speaker's name before a turn's words does not count). A citation that needs no model and cannot
+    name a turn that does not say it; empty where no hit says all of them (the model then chooses, `_cite`)."""
+    wanted = set(analyze(answer))
+    if not wanted or most <= 0:
+        return []
+    out: list[str] = []
+    for hit in hits:
+        if wanted <= set(analyze(inline_dates(_speaker_and_words(hit)[1]))):
+            out += [t for t in hit.turn_ids if t not in out]
+            if len(out) >= most:
+                break
+    return out[:most]
 
 
 def _support(client: LLMClient, messages: list, text: str) -> float | None:

@@ -15,6 +15,7 @@ from cuemem.answer import (
     dates_shown,
     evidence,
     excerpt,
+    holding,
     inline_dates,
     read,
     read_stream,
@@ -159,6 +160,24 @@ def test_concise_drops_a_speakers_name_echoed_before_a_colon_but_keeps_any_other
     assert concise("Casa Azul: 110 euros a night", "How much is Day 2 now?", speakers={"Maya"}) == (
         "Casa Azul: 110 euros a night"
     )
+
+
+def test_an_answer_cites_the_shown_turns_that_say_it_without_asking_the_model():
+    hits = [
+        hit("D1:7", "Maya: Day 2 is Casa Azul, 95 euros a night.", "2024-03-03T14:10:00"),
+        hit("D3:1", "Maya: Casa Azul called, Day 2 is now 110 euros a night.", "2024-03-18T09:00:00"),
+        hit("D5:3", "Theo: I start on the 1st of May. [1st of May = 1 May 2024]", "2024-04-15T10:00:00"),
+    ]
+    assert holding("110 euros", hits) == ["D3:1"]
+    assert holding("1 May 2024", hits) == ["D5:3"]  # a date resolved in the turn counts
+    assert holding("Casa Azul", hits) == ["D1:7", "D3:1"] and holding("Casa Azul", hits, most=1) == ["D1:7"]
+    assert holding("Maya", hits) == [] and holding("the", hits) == []  # the speaker's label; no content word
+    retrieval = Retrieval("How much is Day 2 now?", hits, "stitch", Namespace("u"))
+    backend = Streaming("110 euros", cite="D1:7")  # the model would cite the replaced value
+    answer = read(LLMClient(backend), retrieval.query, retrieval)
+    assert answer.cited_turn_ids == ["D3:1"] and len(backend.sent) == 1  # one call: the answer, no choice of ids
+    unsaid = read(LLMClient(Streaming("Theo", cite="D5:3")), "Who starts in May?", retrieval)
+    assert unsaid.cited_turn_ids == ["D5:3"]  # no shown turn says "Theo" but as its speaker: the model chooses
 
 
 def test_an_abstention_cites_nothing_and_empty_memory_abstains_without_a_model_call():
