@@ -443,7 +443,7 @@ class StitchEngine(BaseEngine):
             )
         if use_events or use_types:  # the fused similarity boosted by the labels carried, stable for ties
             fused_scores = fused_scores * (1.0 + cfg.event_boost * event_match + cfg.entity_boost * type_match)
-            order = np.argsort(-fused_scores, kind="stable")[:k]
+            order = top_order(fused_scores, k, positive_only=False)
             positions, fused_scores = positions[order], fused_scores[order]
         return list(zip(positions[:k].tolist(), fused_scores[:k].tolist(), strict=True))
 
