@@ -21,7 +21,7 @@ from datetime import datetime
 
 from .index.dates import format_day
 from .index.names import is_generic_label, named_speaker, speaker_index
-from .index.text import STOPWORDS, analyze
+from .index.text import STOPWORDS
 from .llm import LLMClient, LLMError
 from .types import Answer, Hit, Retrieval
 
@@ -323,7 +323,8 @@ def read_stream(
             abstain, [], retrieval, list(notes), evidence_tokens=tokens, evidence_turn_ids=shown_ids, support=support
         )
         return
-    shown_hits = [hit for hit in retrieval.hits if hit.turn_ids and hit.turn_ids[0] in used]  # rank order
+    shown_ones = {id(hit) for hit, _ in picked}
+    shown_hits = [hit for hit in retrieval.hits if id(hit) in shown_ones]  # the shown hits, in rank order
     cited = holding(text, shown_hits, cite) or _cite(client, messages, text, ids, cite, margin)
     yield Answer(
         text,
@@ -460,17 +461,32 @@ def abstains(text: str, abstain: str = ABSTAIN) -> bool:
     return core in said or said in {"unknown", "not mentioned", "none", "n/a"}
 
 
+NEGATIONS = frozenset(("no", "not", "never", "nor", "none", "nothing"))
+_TOKEN = re.compile(r"\d+(?:[.,:]\d+)*|[^\W\d_]+(?:['’][^\W\d_]+)*")  # a number whole: "1,110" is not "110"
+
+
+def _content_words(text: str) -> set[str]:
+    """A text's words that carry content: lower-cased, numbers whole, possessives dropped, stop words out but the
+    negations in ("not allergic" is not "allergic")."""
+    words = (w[:-2] if w.endswith(("'s", "’s")) else w for w in _TOKEN.findall(text.lower()))
+    return {w for w in words if w and (w not in STOPWORDS or w in NEGATIONS)}
+
+
 def holding(answer: str, hits: Sequence[Hit], most: int = 2) -> list[str]:
-    """The turns that hold the answer: the ids of the first `most` hits (in rank order) whose words, the dates
-    resolved in them included, say every content word of the answer ("110 euros" in "Day 2 is now 110 euros a
-    night"; the speaker's name before a turn's words does not count). A citation that needs no model and cannot
-    name a turn that does not say it; empty where no hit says all of them (the model then chooses, `_cite`)."""
-    wanted = set(analyze(answer))
-    if not wanted or most <= 0:
+    """The turns that hold the answer: the ids of the first `most` turn hits (in rank order) whose words, the dates
+    resolved in them included, say every content word of the answer, its numbers whole and its negations too
+    ("110 euros" in "Day 2 is now 110 euros a night", not in "1,110 euros"; the speaker's name before a turn's
+    words does not count). Only a hit of one turn is read (a record or an episode cites turns it does not quote).
+    A citation that needs no model and cannot name a turn that does not say it; empty where no hit says all of
+    them, or the answer is a bare yes or no (the model then chooses, `_cite`)."""
+    wanted = _content_words(answer)
+    if not wanted - {"yes", "no", "not"} or most <= 0:
         return []
     out: list[str] = []
     for hit in hits:
-        if wanted <= set(analyze(inline_dates(_speaker_and_words(hit)[1]))):
+        if len(hit.turn_ids) != 1 or hit.detail.get("form") is None:
+            continue
+        if wanted <= _content_words(inline_dates(_speaker_and_words(hit)[1])):
             out += [t for t in hit.turn_ids if t not in out]
             if len(out) >= most:
                 break

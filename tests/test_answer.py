@@ -172,6 +172,10 @@ def test_an_answer_cites_the_shown_turns_that_say_it_without_asking_the_model():
     assert holding("1 May 2024", hits) == ["D5:3"]  # a date resolved in the turn counts
     assert holding("Casa Azul", hits) == ["D1:7", "D3:1"] and holding("Casa Azul", hits, most=1) == ["D1:7"]
     assert holding("Maya", hits) == [] and holding("the", hits) == []  # the speaker's label; no content word
+    assert holding("10 euros", hits) == [] and holding("not 95 euros", hits) == []  # numbers whole; negations kept
+    assert holding("yes", [hit("D9:1", "Theo: yes, Casa Azul.")]) == []  # a bare yes: the model chooses
+    record = Hit("Day 2: 110 euros a night", 1.0, ["D1:7", "D3:1"], 6, "profile", {})  # cites turns it does not quote
+    assert holding("110 euros", [record, *hits]) == ["D3:1"]
     retrieval = Retrieval("How much is Day 2 now?", hits, "stitch", Namespace("u"))
     backend = Streaming("110 euros", cite="D1:7")  # the model would cite the replaced value
     answer = read(LLMClient(backend), retrieval.query, retrieval)

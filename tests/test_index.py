@@ -150,6 +150,8 @@ def test_top_order_is_the_stable_sort_cut_at_k():
             assert top_order(scores, k, positive_only=positive_only).tolist() == expected[:k].tolist()
     ties = np.array([1.0, 3.0, 1.0, 1.0, 2.0, 1.0])
     assert top_order(ties, 4).tolist() == [1, 4, 0, 2]  # the tie at the cut: the lower indexes
+    nan = np.array([np.nan, 1.0, np.nan, 0.5, np.nan])  # NaN last, as the stable sort puts it
+    assert top_order(nan, 3, positive_only=False).tolist() == np.argsort(-nan, kind="stable")[:3].tolist() == [1, 3, 0]
 
 
 def test_pack_keeps_rank_order_and_skips_what_does_not_fit():

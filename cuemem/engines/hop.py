@@ -302,7 +302,8 @@ def hop_ranking(
     the turns that state a value or name the question states) and from the question's own goal (`anchors`),
     ordered by activation x similarity to the question (the asked attribute), fused by reciprocal rank with the
     first ranking, weighted `weight` x the share of the activation the hop ranking holds. `cosines` gives items'
-    cosines with the question where the engine has them already (else they are read from the store)."""
+    cosines with the question where the engine has them already (equal to the store's up to float32 rounding);
+    the others are read from the store."""
     if hop.weight <= 0 or not first:
         return first, {}
     participants = frozenset(normalise_name(s) for s in turn_table(ctx, space).speakers if s)
@@ -322,7 +323,10 @@ def hop_ranking(
         keep = np.sort(top_order(np.array([a for _, a in reached]), hop.width * MOST_REACHED, positive_only=False))
         reached = [reached[i] for i in keep.tolist()]
     items = [item for item, _ in reached]
-    cosine = cosines(items) if cosines is not None else _cosines(ctx, items, query_vector)
+    cosine = cosines(items) if cosines is not None else {}
+    missing = [item for item in items if item not in cosine]
+    if missing:  # the engine's similarity lacks them (none given, or an approximate search passed them by)
+        cosine.update(_cosines(ctx, missing, query_vector))
     scored = sorted(
         ((item, activation * max(cosine.get(item, 0.0), 0.0) ** hop.attribute) for item, activation in reached),
         key=lambda x: -x[1],

@@ -254,8 +254,8 @@ def candidate_names(text: str) -> list[str]:
             flush()
             particle = ""
         base, possessive = _strip_possessive(m.group(0))
-        if seq and not particle and not possessive and base in NAME_PARTICLES:
-            particle = base
+        if seq and not particle and not possessive and base in NAME_PARTICLES and not _given_name(seq[-1]):
+            particle = base  # not after a given name: "Did Anna do Pilates?" names Anna
             continue
         if (
             len(base) < 2
@@ -276,6 +276,11 @@ def candidate_names(text: str) -> list[str]:
             flush()
     flush()
     return out
+
+
+def _given_name(word: str) -> bool:
+    """Whether a word is a given name of the nickname table ("Anna", "Melanie")."""
+    return normalise_name(word) in NICKNAME_GROUPS
 
 
 def _capitalised_mid_sentence(word: str, text: str) -> bool:

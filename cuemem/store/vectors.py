@@ -18,12 +18,12 @@ def top_order(scores: np.ndarray, k: int, *, positive_only: bool = True) -> np.n
     if len(candidates) == 0 or k <= 0:
         return candidates[:0]
     negated = -np.asarray(scores)[candidates]
-    if len(candidates) > k:
+    if len(candidates) > k and not np.isnan(negated).any():  # NaN sorts last and compares with nothing: sort all
         bound = np.partition(negated, k - 1)[k - 1]  # the k-th best score: those better, then its ties in order
         better = np.flatnonzero(negated < bound)
         kept = np.sort(np.concatenate([better, np.flatnonzero(negated == bound)[: k - len(better)]]))
         candidates, negated = candidates[kept], negated[kept]
-    return candidates[np.argsort(negated, kind="stable")]
+    return candidates[np.argsort(negated, kind="stable")][:k]
 
 
 def top_k(scores: np.ndarray, k: int, keys: list[int], *, positive_only: bool = True) -> list[tuple[int, float]]:
