@@ -467,7 +467,8 @@ _TOKEN = re.compile(r"\d+(?:[.,:]\d+)*|[^\W\d_]+(?:['’][^\W\d_]+)*")  # a numb
 
 def _content_words(text: str) -> set[str]:
     """A text's words that carry content: lower-cased, numbers whole, possessives dropped, stop words out but the
-    negations in ("not allergic" is not "allergic")."""
+    negations in ("not allergic" is not "allergic"). Not BM25's `index.text.analyze`, which splits "1,110" in two:
+    matching an answer needs the number as said."""
     words = (w[:-2] if w.endswith(("'s", "’s")) else w for w in _TOKEN.findall(text.lower()))
     return {w for w in words if w and (w not in STOPWORDS or w in NEGATIONS)}
 

@@ -163,13 +163,7 @@ TOURS = [
 
 
 def test_the_named_place_ranks_before_a_look_alike_of_the_same_number(make_memory) -> None:
-    question = "Which hall do we play in week 2 of the Bergen tour?"
-    plain = make_memory("hybrid", name="plain.db", settings=Settings(goal_first=False))
-    plain.add(TOURS, user_id="u", session_id="a")
-    before = _ids(plain.search(question, user_id="u", k=6).hits)
-    memory = make_memory("hybrid")
-    memory.add(TOURS, user_id="u", session_id="a")
-    after = _ids(memory.search(question, user_id="u", k=6).hits)
+    before, after = _off_and_on(make_memory, TOURS, "Which hall do we play in week 2 of the Bergen tour?", 6)
     assert after.index("t2") < after.index("t5")  # Oslo's week 2 goes below Bergen's
     assert after.index("t5") > before.index("t5")
 
@@ -255,6 +249,16 @@ def _ids(hits: list) -> list[str]:
     return [h.turn_ids[0] for h in hits]
 
 
+def _off_and_on(make_memory: Any, turns: list[dict[str, str]], question: str, k: int) -> tuple[list[str], list[str]]:
+    """The turn ids `hybrid` ranks for `question` over `turns` with the named goal first off, then on (default)."""
+    ranked = []
+    for name, options in (("plain.db", {"settings": Settings(goal_first=False)}), ("default.db", {})):
+        memory = make_memory("hybrid", name=name, **options)
+        memory.add(turns, user_id="u", session_id="a")
+        ranked.append(_ids(memory.search(question, user_id="u", k=k).hits))
+    return ranked[0], ranked[1]
+
+
 @pytest.mark.parametrize("engine", ["hybrid", "stitch"])
 def test_search_ranks_the_current_value_first_and_forgets_a_deleted_revision(make_memory, engine) -> None:
     memory = make_memory(engine)
@@ -293,13 +297,8 @@ SPRINTS = [
 
 
 def test_the_named_goal_ranks_before_its_look_alikes(make_memory) -> None:
-    question = "Which demo room did we get for sprint 5 of the Lumen app?"
-    plain = make_memory("hybrid", name="plain.db", settings=Settings(goal_first=False))
-    plain.add(SPRINTS, user_id="u", session_id="a")
-    assert _ids(plain.search(question, user_id="u", k=4).hits)[0] == "s2"  # the look-alike wins on words
-    memory = make_memory("hybrid")
-    memory.add(SPRINTS, user_id="u", session_id="a")
-    ids = _ids(memory.search(question, user_id="u", k=4).hits)
+    before, ids = _off_and_on(make_memory, SPRINTS, "Which demo room did we get for sprint 5 of the Lumen app?", 4)
+    assert before[0] == "s2"  # the look-alike wins on words
     assert ids.index("s3") < ids.index("s2")  # sprint 4's room goes below sprint 5's
 
 
@@ -313,14 +312,9 @@ FRIENDS = [
 
 
 def test_the_speakers_are_no_goal_a_question_names(make_memory) -> None:
-    question = "How do Jon and Gina both find stress relief?"
-    plain = make_memory("hybrid", name="plain.db", settings=Settings(goal_first=False))
-    plain.add(FRIENDS, user_id="u", session_id="a")
-    memory = make_memory("hybrid")
-    memory.add(FRIENDS, user_id="u", session_id="a")
-    expected = _ids(plain.search(question, user_id="u", k=5).hits)
+    expected, ids = _off_and_on(make_memory, FRIENDS, "How do Jon and Gina both find stress relief?", 5)
     assert expected[0] == "f2"
-    assert _ids(memory.search(question, user_id="u", k=5).hits) == expected  # "Jon and Gina" is who talks
+    assert ids == expected  # "Jon and Gina" is who talks
 
 
 READ_TEXTS = [
