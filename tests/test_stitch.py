@@ -419,3 +419,55 @@ def test_model_mode_falls_back_to_model_free_labels_when_the_model_fails(make_me
     assert fallbacks >= 24 * 3  # at least scope, entity types and events of each of the 24 steps went model-free
     hits = memory.search("When did Theo buy the guitar?", user_id="u", k=3).hits
     assert hits and hits[0].detail["filter"]["entity_types"][:1] == ["Date"]  # the model-free filter
+
+
+def test_a_reading_made_stale_by_an_upgrade_is_written_back_once(make_memory, monkeypatch: pytest.MonkeyPatch):
+    """An upgrade of the statement reader makes every stored reading stale: the first search that reads a step
+    reads it again and stores the new reading (a new process then decodes it instead of reading every turn again),
+    the hits do not change, and a read-only store is left as it was."""
+    from conftest import TRIP
+
+    from cuemem.index import statements
+
+    memory = make_memory("stitch")
+    memory.add(TRIP, user_id="u")
+    question = "Which hotel is Day 2 and how much is it?"
+    before = memory.search(question, user_id="u", k=4).turn_ids
+    ns = memory.store.namespace_id(memory.namespace("u"))
+    ids = list(memory.store.item_ids(ns, "stitch:step", [t["id"] for t in TRIP]).values())
+
+    def versions() -> set[str]:
+        return {item.meta[statements.READING]["v"] for item in memory.store.get_items(ns, ids).values()}
+
+    old = versions()
+    monkeypatch.setattr(statements, "reader_version", lambda: "later")
+    reader = make_memory("stitch", read_only=True)
+    assert reader.search(question, user_id="u", k=4).turn_ids == before
+    assert versions() == old  # read-only: read again in the process, nothing written
+    assert make_memory("stitch").search(question, user_id="u", k=4).turn_ids == before
+    assert versions() == {"later"}  # written back by that search
+    reads: list[str] = []
+    real = statements.read_statement
+    monkeypatch.setattr(statements, "read_statement", lambda text: reads.append(text) or real(text))
+    assert make_memory("stitch").search(question, user_id="u", k=4).turn_ids == before
+    assert reads == []  # a new process decodes every stored reading
+
+
+def test_refresh_meta_rewrites_one_key_of_the_items_that_still_exist(make_memory):
+    """`Store.refresh_meta` (what the write-back above uses) keeps the item's other metadata, moves no epoch (no
+    search result changes) and never brings back an item deleted meanwhile."""
+    from conftest import TRIP
+
+    memory = make_memory("stitch")
+    memory.add(TRIP, user_id="u")
+    store = memory.store
+    ns = store.namespace_id(memory.namespace("u"))
+    gone = store.item_ids(ns, "stitch:step", ["d1"])["d1"]
+    memory.delete("d1", user_id="u")
+    memory.search("hotel", user_id="u")  # stitch's steps are built again from what is left (new ids)
+    left = store.item_ids(ns, "stitch:step", ["d2"])["d2"]
+    kept = store.get_items(ns, [left])[left].meta
+    epoch = store.epoch(ns)
+    assert store.refresh_meta(ns, "note", {gone: 1, left: 2}) == 1
+    assert store.get_items(ns, [left])[left].meta == {**kept, "note": 2}
+    assert store.get_items(ns, [gone]) == {} and store.epoch(ns) == epoch

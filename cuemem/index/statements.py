@@ -270,11 +270,12 @@ def _text_digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
-def stored_reading(text: str) -> dict[str, Any]:
+def stored_reading(text: str, statement: Statement | None = None) -> dict[str, Any]:
     """A turn's reading as JSON, to keep with the item an engine writes at ingest: a search that reads the turn
     for the first time (a cold namespace) then decodes it instead of reading the text again. It names the text it
-    read and the reader's version (`reading_of` checks both)."""
-    statement = read_statement(text)
+    read and the reader's version (`trusted` checks both); `statement` is the reading when it was just made."""
+    if statement is None:
+        statement = read_statement(text)
     return {
         "v": reader_version(),
         "of": _text_digest(text),
@@ -290,11 +291,17 @@ def stored_reading(text: str) -> dict[str, Any]:
     }
 
 
-def reading_of(text: str, stored: Any = None) -> Statement:
-    """The reading of `text`: the stored one (`stored_reading`) when it read this very text with this reader,
-    else read now."""
+def trusted(text: str, stored: Any) -> bool:
+    """Whether `stored` (`stored_reading`) read this very text with this reader: else it is read again."""
     version = reader_version()
-    if isinstance(stored, dict) and stored.get("v") == version != "unknown" and stored.get("of") == _text_digest(text):
+    return (
+        isinstance(stored, dict) and stored.get("v") == version != "unknown" and stored.get("of") == _text_digest(text)
+    )
+
+
+def reading_of(text: str, stored: Any = None) -> Statement:
+    """The reading of `text`: the stored one (`stored_reading`) when it is `trusted`, else read now."""
+    if trusted(text, stored):
         try:
             return Statement(
                 {str(kind): frozenset(values) for kind, values in stored["values"].items()},
@@ -322,4 +329,5 @@ __all__ = [
     "reader_version",
     "reading_of",
     "stored_reading",
+    "trusted",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import TurnNotFoundError, UnknownNamespaceError
@@ -372,6 +372,25 @@ class SQLStore(SQLState):
                     "INSERT INTO item_turns(ns, item, turn_seq, cited) VALUES(?,?,?,?) ON CONFLICT DO NOTHING",
                     links,
                 )
+
+    def refresh_meta(self, ns: int, key: str, values: Mapping[int, Any]) -> int:
+        """Set one metadata key of existing items to a value derived from the item's own words (a statement
+        reading stored by an older reader, rewritten by the current one): nothing is created, no epoch moves (what a
+        search returns does not change), an item deleted meanwhile is skipped. Returns how many were rewritten."""
+        done = 0
+        if not values:
+            return done
+        with self._write(ns) as c:
+            for test, params in self._in(sorted(values)):
+                found = self._run(c, f"SELECT id, meta FROM items WHERE ns=? AND id {test}", (ns, *params))
+                rows = []
+                for item_id, meta in found.fetchall():
+                    changed = {**json.loads(meta), key: values[int(item_id)]}
+                    rows.append((json.dumps(changed, ensure_ascii=False), ns, int(item_id)))
+                if rows:
+                    self._many(c, "UPDATE items SET meta=? WHERE ns=? AND id=?", rows)
+                done += len(rows)
+        return done
 
     def item_ids(self, ns: int, space: str, keys: Sequence[str]) -> dict[str, int]:
         out: dict[str, int] = {}
