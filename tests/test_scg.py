@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import threading
@@ -468,6 +469,23 @@ def test_the_hops_paths_are_those_of_the_turns_it_reached() -> None:
     for missing in (3, 99):  # a turn the hop did not reach, and one the graph does not hold
         with pytest.raises(KeyError):
             paths[missing]
+
+
+def test_the_hops_answer_follows_the_pivot_the_question_states() -> None:
+    """`with_mates`: a pivot stated by at most two turns and ranked among the first ten is followed by the turns
+    the hop reached best from it; a pivot stated by many turns, one ranked lower, and the other turns keep their
+    order; scores stay in order."""
+    from cuemem.engines.hop import PAIR_HEAD, Path, with_mates
+
+    ranked = [(i, 1.0 - i / 100) for i in range(1, 31)]  # items 1..30, best first
+    paths = {i: Path(3, ["harwick"], 0.5) for i in (25, 26, 27)} | {28: Path(None, ["harwick"], 0.4)}
+    scored = [(3, 0.9), (28, 0.8), (26, 0.7), (25, 0.6), (27, 0.5)]  # the hop's order: 28 came from the question
+    out = with_mates(ranked, {3: 1.0}, scored, paths, pair=2)
+    assert [i for i, _ in out][:6] == [1, 2, 3, 26, 25, 4]
+    assert sorted(i for i, _ in out) == list(range(1, 31))
+    assert all(a[1] > b[1] for a, b in itertools.pairwise(out))
+    assert with_mates(ranked, {3: 0.25}, scored, paths, pair=2) == ranked  # stated by four turns: no pivot
+    assert with_mates(ranked, {PAIR_HEAD + 1: 1.0}, scored, paths, pair=2) == ranked  # ranked too low
 
 
 @pytest.mark.parametrize("engine", ["scg", "stitch"])

@@ -251,6 +251,7 @@ class HopSettings:
     question: float
     width: int
     attribute: float
+    pair: int
 
     @classmethod
     def of(cls, config: Any) -> HopSettings:
@@ -307,7 +308,12 @@ def hop_ranking(
     if hop.weight <= 0 or not first:
         return first, {}
     participants = frozenset(normalise_name(s) for s in turn_table(ctx, space).speakers if s)
-    literal = stating(ctx, space, [*values, *anchors], hop, participants)
+    said = list(dict.fromkeys(v.lower().strip() for v in values))
+    named = [a for a in dict.fromkeys(a.lower().strip() for a in anchors) if a not in said]
+    stated = stating(ctx, space, said, hop, participants)  # the values: the pivots their mates follow
+    literal = dict(stated)
+    for item, weight in stating(ctx, space, named, hop, participants).items():
+        literal[item] = literal.get(item, 0.0) + weight
     if not literal:  # no value or name of the question is stated by a few turns only: no pivot to hop from
         return first, {}
     pivots: dict[int, float] = {}
@@ -337,7 +343,43 @@ def hop_ranking(
     fused = reciprocal_rank_fusion(
         [[i for i, _ in first], [i for i, _ in scored]], k=ctx.settings.rrf_k, weights=[1.0, hop.weight * focus]
     )
-    return [(int(i), s) for i, s in fused], {i: paths[i] for i, _ in scored}
+    ranked = [(int(i), s) for i, s in fused]
+    if hop.pair > 0:
+        ranked = with_mates(ranked, stated, scored, paths, hop.pair)
+    return ranked, {i: paths[i] for i, _ in scored}
+
+
+PAIR_HEAD = 10  # a pivot ranked among the first this many is followed by its mates
+PAIR_STATED = 0.5  # ... when the question's value or name is stated by at most two turns (its literal activation)
+
+
+def with_mates(
+    ranked: list[tuple[int, float]],
+    stated: Mapping[int, float],
+    scored: Sequence[tuple[int, float]],
+    paths: Mapping[int, Path],
+    pair: int,
+) -> list[tuple[int, float]]:
+    """The second hop's answer next to its pivot: a turn stating the question's value (`stated`: a time, an amount,
+    a date or a name said as a value; not a name it is about, which on LoCoMo is the evidence itself) that ranks among
+    the first `PAIR_HEAD` is followed at once by the `pair` turns the hop reached best from it (`scored`, by
+    activation x similarity to the question), which the fusion alone can leave below turns both lists hold.
+    Scores are lowered where needed so that they stay in order."""
+    head = [item for item, _ in ranked[:PAIR_HEAD]]
+    for pivot, weight in sorted(stated.items(), key=lambda kv: -kv[1]):
+        if weight < PAIR_STATED or pivot not in head:
+            continue
+        mates = [i for i, _ in scored if i != pivot and i not in head and paths[i].pivot == pivot][:pair]
+        at = head.index(pivot) + 1
+        head[at:at] = mates
+    if len(head) == min(len(ranked), PAIR_HEAD):
+        return ranked
+    score = dict(ranked)
+    moved = set(head)
+    out: list[tuple[int, float]] = []
+    for item in [*head, *(i for i, _ in ranked if i not in moved)]:
+        out.append((item, min(score[item], float(np.nextafter(out[-1][1], -np.inf))) if out else score[item]))
+    return out
 
 
 def _cosines(ctx: EngineContext, items: list[int], query_vector: np.ndarray) -> dict[int, float]:
@@ -380,4 +422,5 @@ __all__ = [
     "path_details",
     "second_hop",
     "stating",
+    "with_mates",
 ]

@@ -17,9 +17,7 @@ from typing import Any
 
 from ...index.text import STOPWORDS
 from ..stitch.analysis import LIGHT_VERBS as STITCH_LIGHT_VERBS
-from ..stitch.analysis import anchors as goal_anchors
-from ..stitch.analysis import load_spacy
-from ..stitch.analysis import values as stated_values
+from ..stitch.analysis import load_spacy, named_and_stated
 
 MAX_WORDS = 4
 MAX_CHARS = 48
@@ -136,7 +134,7 @@ def _concepts(doc: Any, limit: int, verbs: bool) -> TextConcepts:
     # entities and phrases first: they are the most specific; keep the text order within each kind
     order = {"entity": 0, "chunk": 1, "keyword": 2, "action": 3}
     ranked = sorted(found.values(), key=lambda c: order[c.kind])
-    return TextConcepts(ranked[:limit], goal_anchors(doc), stated_values(doc))
+    return TextConcepts(ranked[:limit], *named_and_stated(doc))
 
 
 def extract_concepts(

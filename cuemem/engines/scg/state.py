@@ -46,6 +46,7 @@ class ScgConfig:
     hop_question: float = 1.0  # activation the question's own goal words start with
     hop_width: int = 50  # most activated turns that enter the hop ranking
     hop_attribute: float = 1.0  # hop score = activation x (cosine with the question) ^ hop_attribute
+    hop_pair: int = 2  # turns the hop reached best from a pivot the question states, placed right after it
     focus_recur: int = 2  # earlier turns an anchor word must have named before it switches focus (index/focus.py)
     focus_whole: bool = False  # an anchor names a goal when all its words recur (else: any of them)
     focus_quotes: bool = False  # a turn naming no goal but quoting a value continues its goal (dev: off better)

@@ -222,11 +222,10 @@ def _analysis(doc: Any) -> StepAnalysis:
         if chunk.root.pos_ != "PRON" and head not in ("i", "you", "we"):
             mentions.append(chunk.text)
     refers = any(t.lower_ in REFERRING for t in doc) or len([t for t in doc if t.pos_ in ("NOUN", "PROPN")]) < 2
-    valued = said_as_values(doc)
-    stated = values(doc)
+    named, stated = named_and_stated(doc)
     return StepAnalysis(
-        anchors=[a for a in anchors(doc) if a not in valued],
-        values=stated + sorted(valued.difference(stated)),
+        anchors=named,
+        values=stated,
         actions=list(dict.fromkeys(actions)),
         entity_types=list(dict.fromkeys(types + heads)),
         head_types=list(dict.fromkeys(heads)),
@@ -320,6 +319,14 @@ def possessor_of(chunk: Any, chunk_of: dict[int, Any], naming: Callable[[Any], b
     if numbered or any(naming(t) for t in owner):
         return []
     return list(owner)
+
+
+def named_and_stated(doc: Any) -> tuple[list[str], list[str]]:
+    """What a step names (`anchors`, its goal's candidates) and what it states (`values`): a name said as a value
+    (`said_as_values`) is stated, not named."""
+    valued = said_as_values(doc)
+    stated = values(doc)
+    return [a for a in anchors(doc) if a not in valued], stated + sorted(valued.difference(stated))
 
 
 def said_as_values(doc: Any) -> set[str]:

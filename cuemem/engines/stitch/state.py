@@ -59,6 +59,7 @@ class StitchConfig:
     hop_question: float = 1.0  # activation the question's own goal words start with
     hop_width: int = 50  # most activated steps that enter the hop ranking
     hop_attribute: float = 1.0  # hop score = activation x (cosine with the question) ^ hop_attribute
+    hop_pair: int = 2  # steps the hop reached best from a pivot the question states, placed right after it
 
 
 STATE = "state"  # kv key of the ingestion state (open segment, recent steps, counters)
