@@ -137,6 +137,22 @@ def test_a_name_said_as_a_value_is_quoted_not_an_anchor():
     assert {"tomas", "game", "night"} in [anchor_words(a) for a in contact.anchors]
     assert [anchor_words(a) for a in dated.anchors] == [{"dario", "watch"}]
     assert {"April 15", "April 12"} <= set(dated.values)
+    soon, deadline, morning, shelf, ours, newer = analyze_steps(
+        [
+            "I will email Tomas as soon as possible.",
+            "The deadline is April 15.",
+            "In the morning Tomas booked the hotel.",
+            "The book on the shelf Caroline wrote is great.",
+            "The budget for our Lisbon trip is 900 euros.",
+            "The venue will be the new Harbour Club.",
+        ]
+    )
+    assert soon.anchors == ["Tomas"]  # "as soon as": no value
+    assert deadline.anchors == [] and "April" not in deadline.values  # a date, whole
+    assert morning.anchors == ["Tomas"]  # the clause has its object: the morning is not Tomas's
+    assert [anchor_words(a) for a in shelf.anchors] == [{"caroline", "book"}]  # the parser's relative clause
+    assert [anchor_words(a) for a in ours.anchors] == [{"lisbon", "trip", "budget"}]  # "our" owns nothing
+    assert not any("harbour" in anchor_words(a) for a in newer.anchors) and "Harbour Club" in newer.values
 
 
 HOUSE = [

@@ -474,7 +474,7 @@ def test_the_hops_paths_are_those_of_the_turns_it_reached() -> None:
 def test_the_hops_answer_follows_the_pivot_the_question_states() -> None:
     """`with_mates`: a pivot stated by at most two turns and ranked among the first ten is followed by the turns
     the hop reached best from it; a pivot stated by many turns, one ranked lower, and the other turns keep their
-    order; scores stay in order."""
+    order; a mate's score lies between the pivot's and the next turn's, and no other score changes."""
     from cuemem.engines.hop import PAIR_HEAD, Path, with_mates
 
     ranked = [(i, 1.0 - i / 100) for i in range(1, 31)]  # items 1..30, best first
@@ -484,6 +484,7 @@ def test_the_hops_answer_follows_the_pivot_the_question_states() -> None:
     assert [i for i, _ in out][:6] == [1, 2, 3, 26, 25, 4]
     assert sorted(i for i, _ in out) == list(range(1, 31))
     assert all(a[1] > b[1] for a, b in itertools.pairwise(out))
+    assert {i: s for i, s in out if i not in (25, 26)} == {i: s for i, s in ranked if i not in (25, 26)}
     assert with_mates(ranked, {3: 0.25}, scored, paths, pair=2) == ranked  # stated by four turns: no pivot
     assert with_mates(ranked, {PAIR_HEAD + 1: 1.0}, scored, paths, pair=2) == ranked  # ranked too low
 

@@ -17,13 +17,14 @@ from typing import Any, NamedTuple
 
 from ..errors import StoreError
 from ..index.revisions import Turn, asks_past, chains, follow, named_elsewhere, other_goal, revised_near
-from ..index.statements import READING, Statement, read_statement, reader_version, reading_of, stored_reading, trusted
+from ..index.statements import READING, Statement, decoded, read_statement, reader_version, stored_reading, trusted
 from ..store.base import Item
 from ..types import Hit
 from .base import EngineContext
 from .structure import TurnTable
 
 log = logging.getLogger(__name__)
+_WARNED = False  # the write-back's unexpected failure is said once per process
 
 CONTEXT = 8  # preceding turns of the session looked at for the goal in focus of a turn that names none
 
@@ -67,9 +68,11 @@ def _readings(ctx: EngineContext, space: str, ids: Sequence[int], said: Said = a
         if missing:
             for i, item in store.get_items(ns, missing).items():
                 text, meta = said(item), item.meta
-                statement = reading_of(text, meta.get(READING))
-                if READING in meta and not trusted(text, meta[READING]):
-                    stale[i] = stored_reading(text, statement)
+                statement = decoded(meta[READING]) if trusted(text, meta.get(READING)) else None
+                if statement is None:  # none stored, another reader's or damaged: read now
+                    statement = read_statement(text)
+                    if READING in meta:
+                        stale[i] = stored_reading(text, statement)
                 session = str(meta.get("session_id") or "")
                 cache[i] = Reading(text, session, meta.get("timestamp"), tuple(item.turn_ids), statement)
             ctx.indexes.remeasure(ns)  # the view grew in place: the cache's bound counts it
@@ -82,12 +85,19 @@ def _write_back(ctx: EngineContext, stale: dict[int, dict[str, Any]]) -> None:
     """Store the fresh readings of items whose stored one an upgrade of the reader made stale, so that the next
     process decodes them instead of reading every turn again (a 10k-turn namespace: search p95 ~42 ms -> ~32 ms).
     After the snapshot, best effort: a read-only store, or a write that fails, leaves them to be read again."""
-    if not stale or ctx.store.read_only or reader_version() == "unknown":
+    store = ctx.store
+    refresh = getattr(store, "refresh_meta", None)  # a store of a plugin may not have it
+    if not stale or store.read_only or refresh is None or reader_version() == "unknown":
         return
     try:
-        ctx.store.refresh_meta(ctx.ns, READING, stale)
-    except StoreError as exc:
+        refresh(ctx.ns, READING, stale)
+    except StoreError as exc:  # another writer held the lock: the next search tries again
         log.debug("stored readings not refreshed: %s", exc)
+    except Exception as exc:  # a store closed meanwhile, a damaged file: the search goes on, the warning says it
+        global _WARNED
+        if not _WARNED:
+            _WARNED = True
+            log.warning("stored statement readings could not be refreshed (%s: %s)", type(exc).__name__, exc)
 
 
 def current_first(

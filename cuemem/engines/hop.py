@@ -364,22 +364,26 @@ def with_mates(
     a date or a name said as a value; not a name it is about, which on LoCoMo is the evidence itself) that ranks among
     the first `PAIR_HEAD` is followed at once by the `pair` turns the hop reached best from it (`scored`, by
     activation x similarity to the question), which the fusion alone can leave below turns both lists hold.
-    Scores are lowered where needed so that they stay in order."""
+    A mate's score is put between the pivot's and the next turn's; no other score changes."""
     head = [item for item, _ in ranked[:PAIR_HEAD]]
+    score = dict(ranked)
+    moved = set(head)
     for pivot, weight in sorted(stated.items(), key=lambda kv: -kv[1]):
         if weight < PAIR_STATED or pivot not in head:
             continue
-        mates = [i for i, _ in scored if i != pivot and i not in head and paths[i].pivot == pivot][:pair]
+        mates = [i for i, _ in scored if i not in moved and paths[i].pivot == pivot][:pair]
+        if not mates:
+            continue
+        moved.update(mates)
         at = head.index(pivot) + 1
+        after = head[at] if at < len(head) else next((i for i, _ in ranked if i not in moved), pivot)
+        top, below = score[pivot], score[after]
+        for j, mate in enumerate(mates, start=1):  # between the pivot and the turn after it: no other score moves
+            score[mate] = top - (top - below) * j / (len(mates) + 1)
         head[at:at] = mates
-    if len(head) == min(len(ranked), PAIR_HEAD):
+    if len(head) == min(len(ranked), PAIR_HEAD):  # no mate placed
         return ranked
-    score = dict(ranked)
-    moved = set(head)
-    out: list[tuple[int, float]] = []
-    for item in [*head, *(i for i, _ in ranked if i not in moved)]:
-        out.append((item, min(score[item], float(np.nextafter(out[-1][1], -np.inf))) if out else score[item]))
-    return out
+    return [(item, score[item]) for item in [*head, *(i for i, _ in ranked if i not in moved)]]
 
 
 def _cosines(ctx: EngineContext, items: list[int], query_vector: np.ndarray) -> dict[int, float]:

@@ -299,24 +299,28 @@ def trusted(text: str, stored: Any) -> bool:
     )
 
 
+def decoded(stored: Any) -> Statement | None:
+    """A stored reading (`stored_reading`) as a Statement; None when it is damaged."""
+    try:
+        return Statement(
+            {str(kind): frozenset(values) for kind, values in stored["values"].items()},
+            frozenset(stored["frame"]),
+            frozenset(stored["names"]),
+            frozenset((str(noun), str(n)) for noun, n in stored["numbered"]),
+            bool(stored["changes"]),
+            frozenset((str(kind), str(v)) for kind, v in stored["replaced"]),
+            str(stored["opener"]),
+            bool(stored["revises"]),
+            frozenset((str(noun), str(n), str(name)) for noun, n, name in stored["named"]),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
 def reading_of(text: str, stored: Any = None) -> Statement:
-    """The reading of `text`: the stored one (`stored_reading`) when it is `trusted`, else read now."""
-    if trusted(text, stored):
-        try:
-            return Statement(
-                {str(kind): frozenset(values) for kind, values in stored["values"].items()},
-                frozenset(stored["frame"]),
-                frozenset(stored["names"]),
-                frozenset((str(noun), str(n)) for noun, n in stored["numbered"]),
-                bool(stored["changes"]),
-                frozenset((str(kind), str(v)) for kind, v in stored["replaced"]),
-                str(stored["opener"]),
-                bool(stored["revises"]),
-                frozenset((str(noun), str(n), str(name)) for noun, n, name in stored["named"]),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError):
-            pass  # a damaged record: read the text again
-    return read_statement(text)
+    """The reading of `text`: the stored one (`stored_reading`) when it is `trusted` and whole, else read now."""
+    found = decoded(stored) if trusted(text, stored) else None
+    return found if found is not None else read_statement(text)
 
 
 __all__ = [
@@ -324,6 +328,7 @@ __all__ = [
     "OLD_CUES",
     "READING",
     "Statement",
+    "decoded",
     "named_numbers",
     "read_statement",
     "reader_version",

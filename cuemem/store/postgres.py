@@ -372,9 +372,10 @@ class PostgresStore(PgScrub, PgVectors):
         bound.scope = "all" if ns is None else {*bound.scope, ns}
 
     @contextmanager
-    def _write(self, ns: int | None = None) -> Iterator[Any]:
+    def _write(self, ns: int | None = None, *, patient: bool = True) -> Iterator[Any]:
         """A write transaction (nested: a savepoint) holding the writer lock of namespace `ns`, or of the whole
-        store when `ns` is None."""
+        store when `ns` is None. Not `patient`: a writer holding the lock is waited for 20 ms at most, then
+        StoreError."""
         if self.read_only:
             raise StoreError(f"{self.path} was opened read-only; this needs to write")
         bound = self._bound
@@ -400,7 +401,8 @@ class PostgresStore(PgScrub, PgVectors):
                 raise self._failed(exc) from exc
             return
         try:
-            conn = self._begun(("BEGIN", ()), *write_locks(ns))
+            impatient = [] if patient else [("SET LOCAL lock_timeout = '20ms'", ())]
+            conn = self._begun(("BEGIN", ()), *impatient, *write_locks(ns))
         except psycopg.Error as exc:
             raise self._failed(exc) from exc
         bound.scope = "all" if ns is None else {ns}

@@ -376,13 +376,14 @@ class SQLStore(SQLState):
     def refresh_meta(self, ns: int, key: str, values: Mapping[int, Any]) -> int:
         """Set one metadata key of existing items to a value derived from the item's own words (a statement
         reading stored by an older reader, rewritten by the current one): nothing is created, no epoch moves (what a
-        search returns does not change), an item deleted meanwhile is skipped. Returns how many were rewritten."""
+        search returns does not change), an item deleted meanwhile is skipped. Another writer is not waited for
+        (StoreError: a search makes this write, best effort). Returns how many were rewritten."""
         done = 0
         if not values:
             return done
-        with self._write(ns) as c:
+        with self._write(ns, patient=False) as c:  # a search writes it: another writer is not waited for
             for test, params in self._in(sorted(values)):
-                found = self._run(c, f"SELECT id, meta FROM items WHERE ns=? AND id {test}", (ns, *params))
+                found = self._run(c, f"SELECT id, meta FROM items WHERE +ns=? AND id {test}", (ns, *params))
                 rows = []
                 for item_id, meta in found.fetchall():
                     changed = {**json.loads(meta), key: values[int(item_id)]}

@@ -36,9 +36,10 @@ class SQLDialect:
     _unscrubbed: set[str] | None = None  # tables the open write transaction deleted from, scrubbed once it commits
 
     # ------------------------------------------------------------------ the dialect
-    def _write(self, ns: int | None = None) -> AbstractContextManager[Any]:
+    def _write(self, ns: int | None = None, *, patient: bool = True) -> AbstractContextManager[Any]:
         """A write transaction holding the writer lock of namespace `ns` (None: of the whole store), yielding its
-        connection (nested: a savepoint). Stores with one writer at a time (SQLite) ignore `ns`."""
+        connection (nested: a savepoint). Stores with one writer at a time (SQLite) ignore `ns`. Not `patient`:
+        another writer holding the lock is waited for a few milliseconds only, then StoreError."""
         raise NotImplementedError
 
     def _query(self, sql: Any, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

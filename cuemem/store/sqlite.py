@@ -355,14 +355,23 @@ class SQLiteStore(SQLStore):
                 self._reader.execute("COMMIT")
 
     @contextmanager
-    def _write(self, ns: int | None = None) -> Iterator[sqlite3.Connection]:
-        """One writer at a time on the whole file, whatever `ns` (SQLite's own lock, `BEGIN IMMEDIATE`)."""
+    def _write(self, ns: int | None = None, *, patient: bool = True) -> Iterator[sqlite3.Connection]:
+        """One writer at a time on the whole file, whatever `ns` (SQLite's own lock, `BEGIN IMMEDIATE`). Not
+        `patient`: another writer (a thread or a process) is waited for 20 ms at most, then StoreError."""
         if self.read_only:
             raise StoreError(f"{self.path} was opened read-only; this needs to write")
-        with self._lock:
+        if not self._lock.acquire(blocking=patient):
+            raise StoreError(f"{self.path} is being written by another thread; not waited for")
+        try:
             depth = self._depth
             try:
-                self._conn.execute("BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT sp{depth}")
+                if not patient and depth == 0:
+                    self._conn.execute("PRAGMA busy_timeout=20")
+                try:
+                    self._conn.execute("BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT sp{depth}")
+                finally:
+                    if not patient and depth == 0:
+                        self._conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
             except sqlite3.OperationalError as exc:
                 raise StoreError(f"cannot write to {self.path}: {exc}") from exc
             self._depth += 1
@@ -394,6 +403,8 @@ class SQLiteStore(SQLStore):
                     self._conn.execute("ROLLBACK")
                 raise self._write_failed(exc) from exc
             self._committed()
+        finally:
+            self._lock.release()
 
     def _write_failed(self, exc: sqlite3.Error) -> StoreError:
         """The error a failed write reports: the real cause (a full disk above all), never the failed rollback

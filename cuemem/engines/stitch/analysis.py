@@ -235,17 +235,21 @@ def _analysis(doc: Any) -> StepAnalysis:
 
 
 VALUE_ENTITIES = frozenset(("TIME", "MONEY", "QUANTITY", "PERCENT"))
-MONTH_NAMES = frozenset(m.lower() for month in MONTHS for m in (month, month[:3]))  # "April 15" is a date, not a name
+# "April 15" is a date, not a numbered thing like "Day 3"
+MONTH_NAMES = frozenset(m for month in MONTHS for m in (month.lower(), month[:3].lower(), f"{month[:3].lower()}.")) | {
+    "sept",
+    "sept.",
+}
 FUNCTION_POS = frozenset(("DET", "PRON", "PART", "PUNCT", "ADP", "CCONJ", "AUX", "SPACE"))
 
 
-def anchors(doc: Any) -> list[str]:
+def anchors(doc: Any, said: frozenset[int] = frozenset()) -> list[str]:
     """The phrases a step names (index/focus.py): noun chunks holding a proper noun, an ordinal or a number that
     names rather than counts ("day 3", not "90 euros": a number after its noun names it), without function words
-    and values (times, amounts, calendar dates)."""
+    and values (times, amounts, calendar dates, and the tokens at `said`: names said as values)."""
 
     def value(t: Any) -> bool:
-        if t.ent_type_ in VALUE_ENTITIES:
+        if t.i in said or t.ent_type_ in VALUE_ENTITIES:
             return True
         if t.ent_type_ == "DATE" and any(x.pos_ == "PROPN" for x in _entity(doc, t)):
             return True
@@ -299,20 +303,32 @@ def possessor_of(chunk: Any, chunk_of: dict[int, Any], naming: Callable[[Any], b
     name hangs from, or the one the clause the name is the subject of describes, when it names nothing itself
     ("project Falcon for Copperfield" stays two anchors)."""
     root = chunk.root
-    if any(t.dep_ == "poss" for t in chunk) and root.pos_ != "PROPN":
+    if any(t.dep_ == "poss" and t.pos_ == "PROPN" for t in chunk) and root.pos_ != "PROPN":
         return []  # "the delivery for Dario's watch": the name owns its watch already, the delivery is asked of it
     link = root.head
     of = root.dep_ == "pobj" and link.lower_ in POSSESSIVE_PREPOSITIONS and link.i < chunk.start
     # "the brunch Paulo is hosting": the name is the subject of a clause that describes the thing before it
     done_by = root.dep_ == "nsubj" and link.dep_ == "relcl" and link.head.i < chunk.start
     # the same clause right after its noun phrase, which the parser hung elsewhere ("for the game night Tomas is
-    # hosting", its clause made a relative of an earlier noun or a complement of the main verb)
+    # hosting", its clause made a relative of an earlier noun or a complement of the main verb); not when the
+    # clause's verb has its own object ("In the morning Tomas booked the hotel": no thing of Tomas's)
     before = chunk_of.get(chunk.start - 1)
-    contact = root.dep_ == "nsubj" and link.i > chunk.end - 1 and before is not None and before.end == chunk.start
+    contact = (
+        root.dep_ == "nsubj"
+        and link.i >= chunk.end
+        and before is not None
+        and not any(c.dep_ in ("dobj", "ccomp", "xcomp") for c in link.children)
+    )
     if not (of or done_by or contact):
         return []
-    owner = before if contact and not of else chunk_of.get(link.head.i)
-    if owner is None or (owner is not before and owner.root.i != link.head.i):
+    owner = chunk_of.get(link.head.i) if of or done_by else None
+    if owner is not None and owner.root.i != link.head.i:
+        owner = None
+    if contact and (
+        owner is None or all(t.like_num or t.ent_type_ in VALUE_ENTITIES or t.pos_ in FUNCTION_POS for t in owner)
+    ):
+        owner = before  # the parser hung the clause on a value ("4:15 pm ... the game night Tomas is hosting")
+    if owner is None:
         return []
     after = owner.doc[owner.end] if owner.end < len(owner.doc) else None
     numbered = after is not None and after.pos_ == "NUM" and naming(after)  # "Day 3 of the trip"
@@ -324,17 +340,23 @@ def possessor_of(chunk: Any, chunk_of: dict[int, Any], naming: Callable[[Any], b
 def named_and_stated(doc: Any) -> tuple[list[str], list[str]]:
     """What a step names (`anchors`, its goal's candidates) and what it states (`values`): a name said as a value
     (`said_as_values`) is stated, not named."""
-    valued = said_as_values(doc)
+    runs = said_as_values(doc)
     stated = values(doc)
-    return [a for a in anchors(doc) if a not in valued], stated + sorted(valued.difference(stated))
+    said = frozenset(t.i for run in runs for t in run)
+    texts = [" ".join(t.text for t in run) for run in runs]
+    return anchors(doc, said), stated + [t for t in dict.fromkeys(texts) if t not in stated]
 
 
-def said_as_values(doc: Any) -> set[str]:
+AS_WHAT = frozenset(("the", "a", "an", "its", "our", "my", "your", "his", "her", "their"))
+
+
+def said_as_values(doc: Any) -> list[list[Any]]:
     """The names a step gives as the value of something, not as what it is about: the complement of a copula
-    ("the venue will be Harbour Club"), a name chosen "as the" something ("Paula as the person wrapping it") or
+    ("the venue will be Harbour Club"), a name chosen as the something ("Paula as the person wrapping it") or
     with "it is" ("Marco it is"). They are quoted like times and amounts, and switch no goal in focus. Read off
-    runs of proper nouns, as the parser may leave a name outside any noun chunk."""
-    out: set[str] = set()
+    runs of proper nouns (the parser may leave a name outside any noun chunk), each run's tokens; a run that goes
+    on with a number ("April 15", "Day 2") or lies in a date is no name."""
+    out: list[list[Any]] = []
     run: list[Any] = []
     for t in [*doc, None]:
         if t is not None and t.pos_ == "PROPN":
@@ -342,8 +364,11 @@ def said_as_values(doc: Any) -> set[str]:
             continue
         if run:
             after = [x.lower_ for x in doc[run[-1].i + 1 : run[-1].i + 3]]
-            if run[-1].dep_ in ("attr", "acomp", "oprd") or after[:1] == ["as"] or after == ["it", "is"]:
-                out.add(" ".join(x.text for x in run))
+            numbered = t is not None and (t.like_num or t.pos_ == "NUM")
+            dated = any(x.ent_type_ in ("DATE", "TIME") for x in run)
+            chosen = (after[:1] == ["as"] and after[1:] and after[1] in AS_WHAT) or after == ["it", "is"]
+            if not (numbered or dated) and (run[-1].dep_ in ("attr", "acomp", "oprd") or chosen):
+                out.append(run)
             run = []
     return out
 
