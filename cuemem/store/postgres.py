@@ -438,6 +438,8 @@ class PostgresStore(PgScrub, PgVectors):
 
     def _failed(self, exc: psycopg.Error) -> StoreError:
         """The error a failed write reports; the transaction was undone, so what was stored before is intact."""
+        if isinstance(exc, psycopg.errors.LockNotAvailable):  # a write that does not wait (`patient` False)
+            return StoreError(f"another writer holds the lock at {self.path}; this write was not waited for")
         if isinstance(exc, psycopg.OperationalError):
             return StoreError(
                 f"PostgreSQL at {self.path} is unavailable: {_first_line(exc)}; this write was undone"

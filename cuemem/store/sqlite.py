@@ -357,7 +357,8 @@ class SQLiteStore(SQLStore):
     @contextmanager
     def _write(self, ns: int | None = None, *, patient: bool = True) -> Iterator[sqlite3.Connection]:
         """One writer at a time on the whole file, whatever `ns` (SQLite's own lock, `BEGIN IMMEDIATE`). Not
-        `patient`: another writer (a thread or a process) is waited for 20 ms at most, then StoreError."""
+        `patient`: a writer in another thread is not waited for, one in another process 20 ms at most; then
+        StoreError."""
         if self.read_only:
             raise StoreError(f"{self.path} was opened read-only; this needs to write")
         if not self._lock.acquire(blocking=patient):
