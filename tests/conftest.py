@@ -13,7 +13,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -352,6 +352,27 @@ TRIP = [
     {"id": "d3", "speaker": "Theo", "text": "Lena is allergic to shellfish, be careful at Ramiro."},
     {"id": "d4", "speaker": "Maya", "text": "My neighbour Ines will feed the cat Miso twice a day."},
 ]
+
+
+@contextmanager
+def held_in_another_thread(hold: AbstractContextManager[Any], seconds: float = 30) -> Iterator[None]:
+    """`hold` (a lock, a write transaction) entered by another thread and kept while the block runs: what a
+    concurrent holder looks like to the code under test. Released, and the thread joined, after the block."""
+    holding, release = threading.Event(), threading.Event()
+
+    def keep() -> None:
+        with hold:
+            holding.set()
+            release.wait(seconds)
+
+    thread = threading.Thread(target=keep)
+    thread.start()
+    try:
+        assert holding.wait(10), "the other thread never got hold"
+        yield
+    finally:
+        release.set()
+        thread.join()
 
 
 def send_json(handler, status: int, payload: bytes) -> None:

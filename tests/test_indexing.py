@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import TRIP, open_memory
+from conftest import TRIP, held_in_another_thread, open_memory
 from test_server import running
 from typer.testing import CliRunner
 
@@ -240,25 +240,12 @@ def test_searches_of_different_namespaces_do_not_wait_for_each_other(tmp_path: P
         memory.add(TRIP, user_id="a")
         memory.add(TRIP, user_id="b")
         held = memory.indexes.lock_for(memory.store.namespace_id(Namespace("a")))
-        holding, release = threading.Event(), threading.Event()
-
-        def hold() -> None:
-            with held:
-                holding.set()
-                release.wait(30)
-
-        thread = threading.Thread(target=hold)
-        thread.start()
-        try:
-            assert holding.wait(10)
+        with held_in_another_thread(held):
             found: list[list[str]] = []
             other = threading.Thread(target=lambda: found.append(memory.search("Miso?", user_id="b", k=1).turn_ids))
             other.start()
             other.join(20)
             assert found == [["d4"]]  # b's search ran while a's lock was held
-        finally:
-            release.set()
-            thread.join()
 
 
 def test_a_view_is_measured_by_its_arrays_and_a_sample_of_its_items() -> None:

@@ -476,10 +476,9 @@ def test_refresh_meta_rewrites_one_key_of_the_items_that_still_exist(make_memory
 def test_a_write_back_does_not_wait_for_another_writer(make_memory):
     """`refresh_meta` is written by a search: while another writer holds the lock it gives up at once
     (StoreError, which the search swallows) instead of making the search wait."""
-    import threading
     import time
 
-    from conftest import TRIP
+    from conftest import TRIP, held_in_another_thread
 
     from cuemem.errors import StoreError
 
@@ -488,22 +487,9 @@ def test_a_write_back_does_not_wait_for_another_writer(make_memory):
     store = memory.store
     ns = store.namespace_id(memory.namespace("u"))
     item = store.item_ids(ns, "stitch:step", ["d1"])["d1"]
-    holding, release = threading.Event(), threading.Event()
-
-    def writer() -> None:
-        with store.transaction(ns):
-            holding.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=writer)
-    thread.start()
-    try:
-        assert holding.wait(5)
+    with held_in_another_thread(store.transaction(ns), seconds=10):
         started = time.monotonic()
         with pytest.raises(StoreError):
             store.refresh_meta(ns, "note", {item: 1})
         assert time.monotonic() - started < 2
-    finally:
-        release.set()
-        thread.join()
     assert store.refresh_meta(ns, "note", {item: 1}) == 1

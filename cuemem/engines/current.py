@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from ..errors import StoreError
 from ..index.revisions import Turn, asks_past, chains, follow, named_elsewhere, other_goal, revised_near
-from ..index.statements import READING, Statement, decoded, read_statement, reader_version, stored_reading, trusted
+from ..index.statements import READING, Statement, read_statement, reader_version, recalled, stored_reading
 from ..store.base import Item
 from ..types import Hit
 from .base import EngineContext
@@ -68,7 +68,7 @@ def _readings(ctx: EngineContext, space: str, ids: Sequence[int], said: Said = a
         if missing:
             for i, item in store.get_items(ns, missing).items():
                 text, meta = said(item), item.meta
-                statement = decoded(meta[READING]) if trusted(text, meta.get(READING)) else None
+                statement = recalled(text, meta.get(READING))
                 if statement is None:  # none stored, another reader's or damaged: read now
                     statement = read_statement(text)
                     if READING in meta:
@@ -83,7 +83,8 @@ def _readings(ctx: EngineContext, space: str, ids: Sequence[int], said: Said = a
 
 def _write_back(ctx: EngineContext, stale: dict[int, dict[str, Any]]) -> None:
     """Store the fresh readings of items whose stored one an upgrade of the reader made stale, so that the next
-    process decodes them instead of reading every turn again (a 10k-turn namespace: search p95 ~42 ms -> ~32 ms).
+    process decodes them instead of reading every turn again (a 10k-turn namespace: search p95 47-48 ms in the
+    process that writes back, 36-41 ms in the next ones, as on a new store; docs/benchmarks/stitch.md).
     After the snapshot, best effort: a read-only store, or a write that fails, leaves them to be read again."""
     store = ctx.store
     refresh = getattr(store, "refresh_meta", None)  # a store of a plugin may not have it

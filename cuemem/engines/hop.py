@@ -350,7 +350,7 @@ def hop_ranking(
 
 
 PAIR_HEAD = 10  # a pivot ranked among the first this many is followed by its mates
-PAIR_STATED = 0.5  # ... when the question's value or name is stated by at most two turns (its literal activation)
+PAIR_STATED = 0.5  # ... when the question's value is stated by at most two turns (its literal activation)
 
 
 def with_mates(

@@ -273,7 +273,7 @@ def _text_digest(text: str) -> str:
 def stored_reading(text: str, statement: Statement | None = None) -> dict[str, Any]:
     """A turn's reading as JSON, to keep with the item an engine writes at ingest: a search that reads the turn
     for the first time (a cold namespace) then decodes it instead of reading the text again. It names the text it
-    read and the reader's version (`trusted` checks both); `statement` is the reading when it was just made."""
+    read and the reader's version (`recalled` checks both); `statement` is the reading when it was just made."""
     if statement is None:
         statement = read_statement(text)
     return {
@@ -291,16 +291,14 @@ def stored_reading(text: str, statement: Statement | None = None) -> dict[str, A
     }
 
 
-def trusted(text: str, stored: Any) -> bool:
-    """Whether `stored` (`stored_reading`) read this very text with this reader: else it is read again."""
+def recalled(text: str, stored: Any) -> Statement | None:
+    """The stored reading (`stored_reading`) of `text`, when it read this very text with this reader and is whole;
+    None when it must be read again (none stored, another text's, another reader's, damaged)."""
     version = reader_version()
-    return (
-        isinstance(stored, dict) and stored.get("v") == version != "unknown" and stored.get("of") == _text_digest(text)
-    )
-
-
-def decoded(stored: Any) -> Statement | None:
-    """A stored reading (`stored_reading`) as a Statement; None when it is damaged."""
+    if not (isinstance(stored, dict) and stored.get("v") == version != "unknown"):
+        return None
+    if stored.get("of") != _text_digest(text):
+        return None
     try:
         return Statement(
             {str(kind): frozenset(values) for kind, values in stored["values"].items()},
@@ -314,12 +312,12 @@ def decoded(stored: Any) -> Statement | None:
             frozenset((str(noun), str(n), str(name)) for noun, n, name in stored["named"]),
         )
     except (KeyError, TypeError, ValueError, AttributeError):
-        return None
+        return None  # a damaged record
 
 
 def reading_of(text: str, stored: Any = None) -> Statement:
-    """The reading of `text`: the stored one (`stored_reading`) when it is `trusted` and whole, else read now."""
-    found = decoded(stored) if trusted(text, stored) else None
+    """The reading of `text`: the stored one when it is `recalled`, else read now."""
+    found = recalled(text, stored)
     return found if found is not None else read_statement(text)
 
 
@@ -328,11 +326,10 @@ __all__ = [
     "OLD_CUES",
     "READING",
     "Statement",
-    "decoded",
     "named_numbers",
     "read_statement",
     "reader_version",
     "reading_of",
+    "recalled",
     "stored_reading",
-    "trusted",
 ]
