@@ -155,6 +155,79 @@ def test_a_name_said_as_a_value_is_quoted_not_an_anchor():
     assert not any("harbour" in anchor_words(a) for a in newer.anchors) and "Harbour Club" in newer.values
 
 
+@no_store
+def test_a_noun_phrase_the_parser_left_out_of_its_chunks_still_anchors():
+    """A phrase whose head hangs by a relation the parser's noun chunks do not take ("Up next: Ingrid's retirement
+    party", the head the sentence's root) is read all the same; a name after "for" owns the noun phrase right
+    before it even when the parser hung it on the verb ("moving on to the scarf for Oskar"); a name right after a
+    noun phrase, subject of a clause, owns that phrase ("the picnic Lotte is organising")."""
+    listed, hung, clause = analyze_steps(
+        [
+            "Up next: Ingrid's retirement party.",
+            "Okay, moving on to the scarf for Oskar.",
+            "One more thing about the picnic Lotte is organising, the start is 2 pm now.",
+        ]
+    )
+    assert [anchor_words(a) for a in listed.anchors] == [{"ingrid", "retirement", "party"}]
+    assert [anchor_words(a) for a in hung.anchors] == [{"oskar", "scarf"}]
+    assert {"lotte", "picnic"} in [anchor_words(a) for a in clause.anchors]
+
+
+@no_store
+def test_replies_options_and_replacements_are_values_not_goals():
+    """A name is a value, never a goal in focus, when it is a reply standing alone ("And the caterer? Blue Fig."),
+    an option given with its price, the value replaced or the one replacing it ("drop Nadia; we'll ask Pavel"),
+    and, in a turn that replaces one, any other name standing alone ("Nadia fell through, so Pavel instead"). The
+    values named as the old ones are `replaced`. A greeting's name is no reply ("Hey Nadia!"), and an ordinal that
+    picks one of several options names no thing ("the second option")."""
+    reply, options, dropped, instead, greeting, picked, day = analyze_steps(
+        [
+            "And the caterer? Blue Fig.",
+            "We could book Casa Lumen at 95 euros or Hotel Brisa at 120 euros.",
+            "Actually, drop Nadia; we'll ask Pavel.",
+            "Nadia fell through, so Pavel instead.",
+            "Hey Nadia! Long time no talk.",
+            "I prefer the second option, go with that.",
+            "Let's plan the second day of the trip.",
+        ]
+    )
+    assert reply.anchors == [] and reply.values == ["Blue Fig"]
+    assert options.anchors == [] and {"Casa Lumen", "Hotel Brisa"} <= set(options.values)
+    assert dropped.anchors == [] and {"Nadia", "Pavel"} <= set(dropped.values) and dropped.replaced == ["Nadia"]
+    assert instead.anchors == [] and {"Nadia", "Pavel"} <= set(instead.values) and instead.replaced == ["Nadia"]
+    assert greeting.anchors == ["Nadia"] and greeting.values == []
+    assert picked.anchors == []
+    assert "second day" in day.anchors
+    moved, stated = analyze_steps(["Forget 6:30 pm, it's 7:15 pm now.", "The table is booked for 7:15 pm."])
+    assert moved.replaced == ["6:30 pm"] and stated.replaced == []
+
+
+@no_store
+def test_a_turn_naming_the_value_it_replaces_continues_that_values_goal():
+    """`Goals` with `replaced`: a turn that names no goal and names the value it replaces belongs to the goal that
+    value was said for, even in a later session; a value it merely states again (said for another goal as well)
+    does not move it."""
+    from cuemem.engines.hop import Goals
+
+    turns = [
+        ("S1", "The scarf for Oskar: the person wrapping it is Nadia."),
+        ("S1", "The scarf for Oskar, the price is 40 euros."),
+        ("S1", "The lamp for Wanda costs 60 euros."),
+        ("S1", "The lamp for Wanda, the shop is Nordlicht."),
+        ("S2", "Nadia fell through, so Pavel instead."),
+        ("S3", "The lamp for Wanda, the wrapper is Bo."),
+        ("S3", "Pavel it is, and 40 euros."),
+    ]
+    goals = Goals()
+    labels = []
+    for (session, text), a in zip(turns, analyze_steps([t for _, t in turns]), strict=True):
+        labels.append(
+            goals.step(session, a.anchors, text, a.values, recur=2, whole=False, quotes=True, replaced=a.replaced)
+        )
+    assert {"oskar", "scarf"} <= {w for a in labels[4] for w in anchor_words(a)}
+    assert {"wanda", "lamp"} <= {w for a in labels[6] for w in anchor_words(a)}  # no value named as replaced
+
+
 HOUSE = [
     ("Ines", "Okay, let's talk about the Birchwood cabin for the retreat."),
     ("Rui", "The Birchwood cabin sleeps ten people."),

@@ -512,6 +512,24 @@ def test_the_near_chains_keep_another_topics_value() -> None:
     assert _near(lamp_only, _recurring("nico")) == {0: 2}  # the same topic: replaced
 
 
+def test_the_near_chains_take_an_amount_whose_attribute_is_worded_otherwise() -> None:
+    """An amount, a time, a date or a count is one of its kind for a goal and topic: a later one said with a change
+    word replaces it however the attribute is worded ("the rate per night" against "the hotel costs"); a name
+    needs a word in common."""
+    rate = [
+        ("1", "Okay, the cabin in Tromso for Ines."),
+        ("1", "The rate per night is 140 euros."),
+        ("2", "Small correction on the cabin in Tromso: it costs 165 euros now."),
+    ]
+    assert _near(rate, _recurring("tromso", "ines")) == {1: 2}
+    named = [
+        ("1", "Okay, the cabin in Tromso for Ines."),
+        ("1", "The caretaker is Solveig."),
+        ("2", "Small correction on the cabin in Tromso: Arne now."),
+    ]
+    assert _near(named, _recurring("tromso", "ines")) == {}
+
+
 def test_a_name_replaces_a_name_only_for_an_attribute_in_common() -> None:
     recurring = _recurring("oslo", "ines")
     assert _near(TRIP, recurring) == {1: 6}  # the dinner place is replaced; where we sleep is not

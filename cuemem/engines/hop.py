@@ -68,12 +68,16 @@ class Goals:
         whole: bool,
         quotes: bool,
         sessions: bool = False,
+        replaced: Sequence[str] | None = None,
     ) -> list[str]:
-        """Advance over one turn; returns the anchors of its goal (lower-cased)."""
+        """Advance over one turn; returns the anchors of its goal (lower-cased). With `replaced`, only the values
+        the turn names as the old ones are quoted ("scrap 2:30 pm; we go with 11:45 am": the goal 2:30 pm was
+        said for, not the goal that last said 11:45 am)."""
         named = any(self.focus.is_goal(a, recur, whole) for a in anchors)
         keys = list(dict.fromkeys(v.lower().strip() for v in [*values, *anchors]))
         self.focus.step(session, list(anchors), text, recur=recur, whole=whole, quotes=False, sessions=sessions)
-        quoted = [self.said[k] for k in keys if k in self.said] if quotes and not named else []
+        asked = keys if replaced is None else list(dict.fromkeys(v.lower().strip() for v in replaced))
+        quoted = [self.said[k] for k in asked if k in self.said] if quotes and not named else []
         if quoted:  # the value said last is the one being replaced or referred to
             self.focus.anchors = list(max(quoted, key=lambda q: q[0])[1])
         goal = list(dict.fromkeys(a.lower() for a in self.focus.anchors))

@@ -324,9 +324,10 @@ def revised_near(
     for the goal and attribute it asks. A later candidate that says a change word replaces an earlier one when
     their goals are compatible, they name no different topics (`topics_in_focus`: "the desk lamp for Nico" against
     "the tablet for Nico"), it states every kind of value the earlier one states, and it either quotes the earlier
-    value as the old one or states another amount, time, date or count of a kind the earlier one states, with a
-    word of it in common. A name replaces a name only when the two turns' attribute words (`word_roles`) overlap by
-    at least `name_frame` (Jaccard) or one of them says none ("hotel" against "restaurant" do not)."""
+    value as the old one or states another amount, time, date or count of a kind the earlier one states, however
+    it words the attribute ("the room rate" against "the price per night": one amount of its kind for a goal and
+    topic). A name replaces a name only when the two turns share a word and their attribute words (`word_roles`)
+    overlap by at least `name_frame` (Jaccard) or one of them says none ("hotel" against "restaurant" do not)."""
     order = sorted(i for i in set(candidates) if 0 <= i < len(turns))
     said: dict[int, Statement] = {}
     for i in order:
@@ -335,8 +336,8 @@ def revised_near(
         said[i] = turns[i].statement  # type: ignore[assignment]
     stated = {i: _stated(said[i], recurring) for i in order}
 
-    def share_a_word(i: int, j: int) -> Callable[[str], bool]:  # nothing else ties two statements together
-        return lambda kind: bool(said[i].frame & said[j].frame)
+    def share_a_word(i: int, j: int) -> Callable[[str], bool]:  # what ties two names together
+        return lambda kind: kind != "name" or bool(said[i].frame & said[j].frame)
 
     pairs = [
         (i, j)

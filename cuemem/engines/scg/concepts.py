@@ -17,7 +17,7 @@ from typing import Any
 
 from ...index.text import STOPWORDS
 from ..stitch.analysis import LIGHT_VERBS as STITCH_LIGHT_VERBS
-from ..stitch.analysis import load_spacy, named_and_stated
+from ..stitch.analysis import load_spacy, named_and_stated, replaced_values
 
 MAX_WORDS = 4
 MAX_CHARS = 48
@@ -83,6 +83,7 @@ class TextConcepts:
     candidates: list[Candidate] = field(default_factory=list)
     anchors: list[str] = field(default_factory=list)  # what the text names: the goals it may be about (hop.py)
     values: list[str] = field(default_factory=list)  # times, amounts and dates it states (hop.py)
+    replaced: list[str] = field(default_factory=list)  # the values it names as the old ones (hop.py)
 
 
 def _lemma_form(tokens: Sequence[Any]) -> str | None:
@@ -134,7 +135,8 @@ def _concepts(doc: Any, limit: int, verbs: bool) -> TextConcepts:
     # entities and phrases first: they are the most specific; keep the text order within each kind
     order = {"entity": 0, "chunk": 1, "keyword": 2, "action": 3}
     ranked = sorted(found.values(), key=lambda c: order[c.kind])
-    return TextConcepts(ranked[:limit], *named_and_stated(doc))
+    named, stated = named_and_stated(doc)
+    return TextConcepts(ranked[:limit], named, stated, replaced_values(doc, stated))
 
 
 def extract_concepts(

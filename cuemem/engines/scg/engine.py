@@ -28,7 +28,7 @@ from ..hop import GoalGraph, Goals, HopSettings, Path, hop_ranking, path_details
 from ..refine import refine, turn_table
 from ..structure import hit_text, turn_fields, with_header_tokens
 from .assimilate import NEW_CONCEPT, ModelAssimilator, TextAssimilator, concept_messages
-from .concepts import Candidate, extract_concepts
+from .concepts import Candidate, TextConcepts, extract_concepts
 from .graph import AssociativeGraph, spread_activation, top_concepts
 from .schema import Schema
 from .state import FOCUS, STATE, ScgConfig, ScgState, load_json
@@ -142,7 +142,7 @@ class ScgEngine(BaseEngine):
         with store.transaction(ns):
             state = self.state(ctx)
             focus = Goals.from_json(load_json(store.kv_get(ns, self.name, FOCUS)))
-            goals = [self._goal(focus, t, w, f.anchors, f.values) for t, w, f in zip(turns, words, found, strict=True)]
+            goals = [self._goal(focus, t, w, f) for t, w, f in zip(turns, words, found, strict=True)]
             schema = self.load_schema(ctx) if len(known) != state.concepts else known
             vectors = phrase  # keys already in the schema at the start of the batch need none
             grounded = []
@@ -195,20 +195,21 @@ class ScgEngine(BaseEngine):
             store.kv_set(ns, self.name, STATE, state.to_json())
             store.kv_set(ns, self.name, FOCUS, focus.to_json())
 
-    def _goal(self, goals: Goals, turn: Turn, text: str, anchors: list[str], values: list[str]) -> list[str]:
+    def _goal(self, goals: Goals, turn: Turn, text: str, found: TextConcepts) -> list[str]:
         """The anchors of the goal a turn belongs to (hop.py `Goals`): its own when it names one, else the goal of
-        a value it quotes, else the goal in focus it continues."""
+        a value it names as replaced ("scrap 2:30 pm"), else the goal in focus it continues."""
         if self.config.hop_weight <= 0:
             return []
         cfg = self.config
         return goals.step(
             turn.session_id,
-            anchors,
+            found.anchors,
             text,
-            values,
+            found.values,
             recur=cfg.focus_recur,
             whole=cfg.focus_whole,
             quotes=cfg.focus_quotes,
+            replaced=found.replaced,
         )
 
     # ------------------------------------------------------------------ recall

