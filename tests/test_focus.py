@@ -320,6 +320,24 @@ def test_a_quoted_turn_deleted_takes_the_quote_out_of_the_cache(make_memory):
     assert not memory.store.cached_embeddings(ns, memory.embedder.name, [quote])
 
 
+def test_a_value_merely_said_again_quotes_no_earlier_turn(make_memory):
+    """A step continues the turn that said a value only when it names that value as the one replaced ("Forget 900
+    dollars"): an amount two things happen to cost ties the second to nothing."""
+    lines = [
+        ("Ana", "The caterer Brightside quoted 900 dollars for the buffet."),
+        ("Ben", "The florist Petalworks wants 900 dollars for the arch."),
+        ("Ana", "Forget 900 dollars, Petalworks now asks 700 dollars."),
+    ]
+    memory = make_memory("stitch")
+    memory.add(_turns(lines), user_id="u")
+    ns = memory.store.namespace_id(memory.namespace("u"))
+    ids = memory.store.item_ids(ns, "stitch:step", ["t1", "t2"])
+    steps = memory.store.get_items(ns, list(ids.values()))
+    again, forget = steps[ids["t1"]], steps[ids["t2"]]
+    assert not any("buffet" in r for r in again.meta["resolved"])  # (the goal in focus it may inherit, not the turn)
+    assert any("arch" in r for r in forget.meta["resolved"])  # the turn that said the value it replaces
+
+
 def test_revisions_read_a_step_as_its_turn_said_it() -> None:
     from cuemem.engines.stitch.engine import canonical_summary, said_by_step
     from cuemem.store.base import Item

@@ -74,9 +74,12 @@ class Focus:
         replies: bool = False,
         sessions: bool = False,
         turn: str = "",
+        replaced: Sequence[str] | None = None,
     ) -> list[str]:
         """Advance over one turn; returns what it continues: the anchors of the goal in focus it does not name, and
-        the earlier turn that said a value it quotes ("scrap Casa Azul; we go with Villa Mar"); with `replies`, a
+        the earlier turn that said a value it quotes ("scrap Casa Azul; we go with Villa Mar"), with `replaced` only
+        the values the turn names as the ones replaced (a value merely said again, an amount two things cost, ties
+        nothing; None: every value and name it says that is no goal); with `replies`, a
         turn that names and states nothing ("Go for the cheaper one.") also continues the turn before it; with
         `sessions`, the focus outlives a session's end (a new session that names no goal yet goes on with the last
         one: "And the budget? 1500 euros.")."""
@@ -104,7 +107,8 @@ class Focus:
                 self.anchors = list(dict.fromkeys(kept[:1] + kept[1:][-(MAX_FOCUS - 1) :]))
                 self.focus_turns = list(dict.fromkeys([*self.focus_turns, turn]))[-MAX_FOCUS:]
         keys = [v.lower().strip() for v in [*values, *(a for a in anchors if a not in goals)]]
-        found = [k for k in dict.fromkeys(keys) if k in self.said] if quotes else []
+        asked = keys if replaced is None else [v.lower().strip() for v in replaced]
+        found = [k for k in dict.fromkeys(asked) if k in self.said] if quotes else []
         quoted = [self.said[k] for k in found]
         depends += [t for k in found for t in self.said_by.get(k, [])]
         context = " ".join([text, *inherited])[:QUOTE_CHARS]

@@ -370,9 +370,7 @@ def possessor_of(chunk: Any, chunk_of: dict[int, Any], naming: Callable[[Any], b
         nxt = doc[chunk.end]
         verb = nxt.head if nxt.pos_ == "AUX" and nxt.head.i > nxt.i else nxt if nxt.pos_ == "VERB" else None
     contact = (
-        verb is not None
-        and before is not None
-        and not any(c.dep_ in ("dobj", "ccomp", "xcomp") for c in verb.children)
+        verb is not None and before is not None and not any(c.dep_ in ("dobj", "ccomp", "xcomp") for c in verb.children)
     )
     if not (of or done_by or contact):
         return []
@@ -414,7 +412,8 @@ def said_as_values(doc: Any) -> list[list[Any]]:
     (the parser may leave a name outside any noun chunk), each run's tokens; a run that goes on with a number
     ("April 15", "Day 2") or lies in a date is no name. A run is a value when it is:
     - the complement of a copula ("the venue will be Harbour Club");
-    - chosen as the something ("Paula as the person wrapping it") or with "it is" ("Marco it is");
+    - chosen as the something ("Paula as the person wrapping it"), with "it is" ("Marco it is") or said before
+      what it is ("Tom — that's the wrapper");
     - a sentence by itself, a reply or a choice ("And the hotel? Villa Verde.", "Villa Sol for the hotel, then.");
     - given with its price, an option ("Villa Sol at 290 euros or Villa Mar at 110 euros");
     - the value replaced or the one replacing it ("scrap Paulo", "not Nico", "Tom instead"); in a turn that
@@ -436,7 +435,11 @@ def said_as_values(doc: Any) -> list[list[Any]]:
         first, last = run[0], run[-1]
         after = [x.lower_ for x in doc[last.i + 1 : last.i + 3]]
         before = {x.lower_ for x in doc[max(0, first.i - 2) : first.i]}
-        chosen = (after[:1] == ["as"] and after[1:] and after[1] in AS_WHAT) or after == ["it", "is"]
+        chosen = (
+            (after[:1] == ["as"] and after[1:] and after[1] in AS_WHAT)
+            or after == ["it", "is"]
+            or (after[:1] in (["—"], ["–"], ["-"]) and after[1:] in (["that"], ["this"]))  # "Tom — that's the wrapper"
+        )
         opens = all(x.pos_ in ("PUNCT", "CCONJ") for x in doc[first.sent.start : first.i])  # not "Hey John!"
         alone = last.dep_ == "ROOT" and opens and standalone(run) and not (len(run) == 1 and imperative(first))
         priced = len(after) > 1 and after[0] in PRICE_CUES and doc[last.i + 2].like_num
@@ -462,7 +465,7 @@ def standalone(run: list[Any]) -> bool:
 def values(doc: Any) -> list[str]:
     """The values a step states: times, amounts and dates with a number in them (index/focus.py quotes them)."""
     found = [e.text for e in doc.ents if e.label_ in VALUE_ENTITIES or e.label_ == "DATE"]
-    found += [c.text for c in doc.noun_chunks if c[0].pos_ == "NUM" and c[0].head.i > c[0].i]  # "90 euros"
+    found += [c.text for c in noun_phrases(doc) if c[0].pos_ == "NUM" and c[0].head.i > c[0].i]  # "90 euros"
     return list(dict.fromkeys(v for v in found if any(ch.isdigit() for ch in v)))
 
 

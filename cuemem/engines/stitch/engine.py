@@ -187,6 +187,7 @@ class StitchEngine(BaseEngine):
                     replies=self.config.focus_replies,
                     sessions=self.config.focus_sessions,
                     turn=t.id,
+                    replaced=a.replaced,
                 )
             )
             sources.append(list(state.focus.depends))

@@ -28,8 +28,8 @@ class StitchConfig:
     focus_whole: bool = False  # an anchor is a goal's name when all its words recur (else: any of them)
     focus_gather: bool = False  # what a turn under the goal names joins the focus (dev: 0.810 vs 0.821 without)
     focus_replies: bool = False  # a turn naming and stating nothing continues the turn before it
-    focus_quotes: bool = True  # a turn quoting an earlier value continues the turn that said it
-    goal_quotes: bool = True  # a turn naming the value it replaces ("scrap 2:30 pm") is of that value's goal
+    focus_quotes: bool = True  # a turn naming the value it replaces ("scrap 2:30 pm") continues the turn that said it
+    goal_quotes: bool = True  # ... and belongs to the goal that value was said for (engines/hop.py Goals)
     focus_sessions: bool = False  # the focus outlives a session end (dev: LoCoMo lost 2 questions, won 0)
     focus_recur: int = 2  # earlier turns an anchor word must have named before a turn naming it switches focus
     model: bool = False  # label with the model client (constrained choices) instead of spaCy + embeddings
