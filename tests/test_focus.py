@@ -200,6 +200,20 @@ def test_replies_options_and_replacements_are_values_not_goals():
     assert "second day" in day.anchors
     moved, stated = analyze_steps(["Forget 6:30 pm, it's 7:15 pm now.", "The table is booked for 7:15 pm."])
     assert moved.replaced == ["6:30 pm"] and stated.replaced == []
+    # what a name merely stands beside is no cue: a price needs a currency, a replaced name its cue right before it
+    lamp, dinner, card, itch, heading = analyze_steps(
+        [
+            "The lamp for Wanda costs 60 euros.",
+            "Dinner with Ines at 7 pm.",
+            "We got a card from Maria for the party.",
+            "That should scratch that Sandor itch, and Mira agrees.",
+            "Here are a few ideas.\n\n**Harbour Festival**: a weekend of music.",
+        ]
+    )
+    assert [anchor_words(a) for a in lamp.anchors] == [{"wanda", "lamp"}]
+    assert dinner.anchors == ["Ines"] and card.anchors == ["Maria"]
+    assert itch.replaced == [] and "Mira" not in itch.values
+    assert "Harbour Festival" not in heading.values
 
 
 @no_store
@@ -224,6 +238,7 @@ def test_a_turn_naming_the_value_it_replaces_continues_that_values_goal():
         labels.append(
             goals.step(session, a.anchors, text, a.values, recur=2, whole=False, quotes=True, replaced=a.replaced)
         )
+    assert {"wanda", "lamp"} <= {w for a in labels[2] for w in anchor_words(a)}  # named, with its price
     assert {"oskar", "scarf"} <= {w for a in labels[4] for w in anchor_words(a)}
     assert {"wanda", "lamp"} <= {w for a in labels[6] for w in anchor_words(a)}  # no value named as replaced
 

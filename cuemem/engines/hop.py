@@ -50,8 +50,8 @@ MAX_SAID = 2_000  # values remembered with the goal they were said for (the olde
 @dataclass
 class Goals:
     """The goal each turn belongs to, carried over the log: the goal in focus (index/focus.py), and the goal each
-    value was last said for, so that a turn naming no goal but quoting a value ("Forget 150, it's 170 now.")
-    continues the goal that value was said for, across sessions too."""
+    value was last said for, so that a turn naming no goal but naming a value as the one it replaces ("Forget 150,
+    it's 170 now.") continues the goal that value was said for, across sessions too."""
 
     focus: Focus = field(default_factory=Focus)
     said: dict[str, list[Any]] = field(default_factory=dict)  # value -> [turn count when said, goal anchors]

@@ -77,10 +77,10 @@ class Focus:
         replaced: Sequence[str] | None = None,
     ) -> list[str]:
         """Advance over one turn; returns what it continues: the anchors of the goal in focus it does not name, and
-        the earlier turn that said a value it quotes ("scrap Casa Azul; we go with Villa Mar"), with `replaced` only
+        the earlier turn that said a value it quotes ("scrap Casa Azul; we go with Villa Mar"): with `replaced`, only
         the values the turn names as the ones replaced (a value merely said again, an amount two things cost, ties
-        nothing; None: every value and name it says that is no goal); with `replies`, a
-        turn that names and states nothing ("Go for the cheaper one.") also continues the turn before it; with
+        nothing), with None every value and name it says that is no goal. With `replies`, a turn that names and
+        states nothing ("Go for the cheaper one.") also continues the turn before it; with
         `sessions`, the focus outlives a session's end (a new session that names no goal yet goes on with the last
         one: "And the budget? 1500 euros.")."""
         if session != self.session:

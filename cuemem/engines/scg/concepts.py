@@ -82,7 +82,7 @@ class Candidate:
 class TextConcepts:
     candidates: list[Candidate] = field(default_factory=list)
     anchors: list[str] = field(default_factory=list)  # what the text names: the goals it may be about (hop.py)
-    values: list[str] = field(default_factory=list)  # times, amounts and dates it states (hop.py)
+    values: list[str] = field(default_factory=list)  # times, amounts, dates and names said as values (hop.py)
     replaced: list[str] = field(default_factory=list)  # the values it names as the old ones (hop.py)
 
 

@@ -49,7 +49,7 @@ class ScgConfig:
     hop_pair: int = 2  # turns the hop reached best from a pivot the question states, placed right after it
     focus_recur: int = 2  # earlier turns an anchor word must have named before it switches focus (index/focus.py)
     focus_whole: bool = False  # an anchor names a goal when all its words recur (else: any of them)
-    focus_quotes: bool = False  # a turn naming no goal but quoting a value continues its goal (dev: off better)
+    focus_quotes: bool = False  # a turn naming no goal but a value it replaces continues its goal (dev: no change)
 
 
 @dataclass

@@ -129,7 +129,7 @@ class StepAnalysis:
     head_types: list[str] = field(default_factory=list)  # types named by noun heads ("what book" -> Work)
     refers: bool = False  # the step contains a referring expression to resolve
     anchors: list[str] = field(default_factory=list)  # what the step names: the goal it may switch to (focus.py)
-    values: list[str] = field(default_factory=list)  # times, amounts and dates it states (focus.py: quoting)
+    values: list[str] = field(default_factory=list)  # times, amounts, dates and names said as values
     replaced: list[str] = field(default_factory=list)  # the values it names as the old ones ("scrap X")
 
 
@@ -248,9 +248,10 @@ FUNCTION_POS = frozenset(("DET", "PRON", "PART", "PUNCT", "ADP", "CCONJ", "AUX",
 
 
 def anchors(doc: Any, said: frozenset[int] = frozenset()) -> list[str]:
-    """The phrases a step names (index/focus.py): noun chunks holding a proper noun, an ordinal or a number that
-    names rather than counts ("day 3", not "90 euros": a number after its noun names it), without function words
-    and values (times, amounts, calendar dates, and the tokens at `said`: names said as values)."""
+    """The phrases a step names (index/focus.py): noun phrases (`noun_phrases`) holding a proper noun, an ordinal
+    before a noun that is no choice ("the second day", not "the second option") or a number that names rather
+    than counts ("day 3", not "90 euros": a number after its noun names it), without function words and values
+    (times, amounts, calendar dates, and the tokens at `said`: names said as values)."""
 
     def value(t: Any) -> bool:
         if t.i in said or t.ent_type_ in VALUE_ENTITIES:

@@ -200,7 +200,8 @@ class StitchEngine(BaseEngine):
 
     def _goals(self, ctx: EngineContext, turns: Sequence[Turn], analyses: list[StepAnalysis]) -> list[list[str]]:
         """Each step's goal (engines/hop.py `Goals`): its own anchors when it names one, else the goal of a value
-        it quotes, else the goal in focus it continues; the state carried in the store between batches."""
+        it names as replaced (`goal_quotes`), else the goal in focus it continues; the state carried in the store
+        between batches."""
         cfg = self.config
         if cfg.hop_weight <= 0:
             return [[] for _ in turns]
