@@ -491,8 +491,8 @@ def said_as_values(doc: Any) -> list[list[Any]]:
             or (standalone(run) and priced(doc, run))
         ):
             out.append(run)
-    for replaced in [r for r in out if named_as_replaced(doc, r[0].i, r[-1].i + 1) or said_instead(doc, r[-1].i + 1)]:
-        sentence = replaced[0].sent  # the other names standing alone there: not a possessor, not a noun's "for" X
+    for old in [r for r in out if named_as_replaced(doc, r[0].i, r[-1].i + 1) or said_instead(doc, r[-1].i + 1)]:
+        sentence = old[0].sent  # the other names standing alone there: not a possessor, not a noun's "for" X
         out += [r for r in runs if r not in out and r[0].sent == sentence and standalone(r)]
     return sorted(out, key=lambda r: r[0].i)
 
