@@ -247,11 +247,12 @@ CHOICES = frozenset(("one", "ones", "option", "options", "choice", "choices", "a
 FUNCTION_POS = frozenset(("DET", "PRON", "PART", "PUNCT", "ADP", "CCONJ", "AUX", "SPACE", "INTJ"))
 
 
-def anchors(doc: Any, said: frozenset[int] = frozenset()) -> list[str]:
+def anchors(doc: Any, said: frozenset[int] = frozenset(), phrases: list[Any] | None = None) -> list[str]:
     """The phrases a step names (index/focus.py): noun phrases (`noun_phrases`) holding a proper noun, an ordinal
     before a noun that is no choice ("the second day", not "the second option") or a number that names rather
     than counts ("day 3", not "90 euros": a number after its noun names it), without function words and values
-    (times, amounts, calendar dates, and the tokens at `said`: names said as values)."""
+    (times, amounts, calendar dates, and the tokens at `said`: names said as values). `phrases`: the doc's
+    `noun_phrases`, when the caller has them already."""
 
     def value(t: Any) -> bool:
         if t.i in said or t.ent_type_ in VALUE_ENTITIES:
@@ -274,7 +275,7 @@ def anchors(doc: Any, said: frozenset[int] = frozenset()) -> list[str]:
 
     found: list[str] = []
     covered: set[int] = set()
-    chunks = noun_phrases(doc)
+    chunks = noun_phrases(doc) if phrases is None else phrases
     chunk_of = {t.i: chunk for chunk in chunks for t in chunk}
     for chunk in chunks:
         if not any(naming(t) for t in chunk):
@@ -398,10 +399,11 @@ def named_and_stated(doc: Any) -> tuple[list[str], list[str]]:
     """What a step names (`anchors`, its goal's candidates) and what it states (`values`): a name said as a value
     (`said_as_values`) is stated, not named."""
     runs = said_as_values(doc)
-    stated = values(doc)
+    phrases = noun_phrases(doc)  # read once, for both
+    stated = values(doc, phrases)
     said = frozenset(t.i for run in runs for t in run)
     texts = [" ".join(t.text for t in run) for run in runs]
-    return anchors(doc, said), stated + [t for t in dict.fromkeys(texts) if t not in stated]
+    return anchors(doc, said, phrases), stated + [t for t in dict.fromkeys(texts) if t not in stated]
 
 
 AS_WHAT = frozenset(("the", "a", "an", "its", "our", "my", "your", "his", "her", "their"))
@@ -453,7 +455,7 @@ def said_as_values(doc: Any) -> list[list[Any]]:
     - a short sentence by itself that answers the question just asked ("And the hotel? Villa Verde.") or chooses
       ("Villa Sol for the hotel, then."); not a heading of a list ("**Tutorials**:");
     - given with its price, an option ("Villa Sol at 290 euros or Villa Mar at 110 euros");
-    - the value replaced or the one replacing it ("scrap Paulo", "instead of Nico", "Tom instead."); in a turn
+    - the value replaced or the one replacing it ("scrap Paulo", "instead of Nico", "Tom instead."); in a
       sentence that replaces one, so is every name that stands alone ("Nico fell through, so Tom instead.").
     They are quoted like times and amounts, and switch no goal in focus."""
     runs: list[list[Any]] = []
@@ -467,6 +469,7 @@ def said_as_values(doc: Any) -> list[list[Any]]:
             runs.append(run)
         run = []
     out: list[list[Any]] = []
+    replacements: list[list[Any]] = []  # the runs replaced or replacing one
     for run in runs:
         first, last = run[0], run[-1]
         after = [x.lower_ for x in doc[last.i + 1 : last.i + 3]]
@@ -482,16 +485,17 @@ def said_as_values(doc: Any) -> list[list[Any]]:
         answers = sentence.start > 0 and doc[sentence.start - 1].text == "?"
         chooses = after[:1] == ["for"] and after[1:] and after[1] in AS_WHAT
         alone = last.dep_ == "ROOT" and opens and short and standalone(run) and bool(answers or chooses)
-        replaced = named_as_replaced(doc, first.i, last.i + 1) or said_instead(doc, last.i + 1)
+        if named_as_replaced(doc, first.i, last.i + 1) or said_instead(doc, last.i + 1):
+            replacements.append(run)
         if (
             last.dep_ in ("attr", "acomp", "oprd")
             or chosen
             or alone
-            or replaced
+            or run in replacements
             or (standalone(run) and priced(doc, run))
         ):
             out.append(run)
-    for old in [r for r in out if named_as_replaced(doc, r[0].i, r[-1].i + 1) or said_instead(doc, r[-1].i + 1)]:
+    for old in replacements:
         sentence = old[0].sent  # the other names standing alone there: not a possessor, not a noun's "for" X
         out += [r for r in runs if r not in out and r[0].sent == sentence and standalone(r)]
     return sorted(out, key=lambda r: r[0].i)
@@ -507,10 +511,12 @@ def standalone(run: list[Any]) -> bool:
     return not (last.dep_ == "pobj" and link.lower_ in POSSESSIVE_PREPOSITIONS and link.head.pos_ == "NOUN")
 
 
-def values(doc: Any) -> list[str]:
-    """The values a step states: times, amounts and dates with a number in them (index/focus.py quotes them)."""
+def values(doc: Any, phrases: list[Any] | None = None) -> list[str]:
+    """The values a step states: times, amounts and dates with a number in them (index/focus.py quotes those a
+    turn names as replaced). `phrases`: the doc's `noun_phrases`, when the caller has them already."""
+    chunks = noun_phrases(doc) if phrases is None else phrases
     found = [e.text for e in doc.ents if e.label_ in VALUE_ENTITIES or e.label_ == "DATE"]
-    found += [c.text for c in noun_phrases(doc) if c[0].pos_ == "NUM" and c[0].head.i > c[0].i]  # "90 euros"
+    found += [c.text for c in chunks if c[0].pos_ == "NUM" and c[0].head.i > c[0].i]  # "90 euros"
     return list(dict.fromkeys(v for v in found if any(ch.isdigit() for ch in v)))
 
 
