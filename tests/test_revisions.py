@@ -562,3 +562,69 @@ def test_a_replaced_value_goes_as_far_below_its_current_value_as_the_gap_says(ma
         assert ids.index("g3") == ids.index("g5") + gap
     else:  # below every other candidate
         assert ids.index("g3") == len(ids) - 1
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("Our vet is Greenfield Animal Hospital.", "greenfield animal hospital"),
+        ("The Tuesday class moved to Ramona.", "ramona"),
+        ("For the quartet we're going with Ingrid.", "ingrid"),
+        ("Make the lead singer Tobias.", "tobias"),
+        ("Ingrid — that's the cellist for the spring concert.", "ingrid"),
+        ("Put Oskar down as the driver.", "oskar"),
+        ("The venue will be Old Mill Barn.", "mill barn"),
+    ],
+)
+def test_a_name_where_a_value_stands_is_a_value_even_when_it_recurs(text: str, value: str) -> None:
+    statement = read_statement(text)
+    assert value in statement.said
+    recurs = _recurring(*value.split())  # a recurring name is a goal's anchor unless said as a value
+    assert value not in {w for w in statement.anchors(recurs)}
+    assert not set(value.split()) & statement.anchors(recurs)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Is Ramona coming to the rehearsal?",  # a question states no value
+        "We need new strings for Ingrid's cello.",  # a possessive is the goal
+        "The spring concert Ingrid is organising needs a poster.",
+    ],
+)
+def test_a_name_where_a_goal_stands_stays_an_anchor(text: str) -> None:
+    statement = read_statement(text)
+    assert not statement.said
+    assert statement.anchors(_recurring("ramona", "ingrid"))
+
+
+def test_a_quantity_and_its_value_are_no_numbered_thing() -> None:
+    assert not read_statement("Please make the head count 17.").numbered
+    assert not read_statement("We booked sessions 6 and more.").numbered  # a plural noun: a quantity
+    assert read_statement("Meet me at gate 12.").numbered == {("gate", "12")}
+
+
+def test_the_frame_keeps_an_attribute_word_said_outside_a_name() -> None:
+    # "clinic" is the attribute here though the new value's name also says it
+    assert "clinic" in read_statement("Update for Lena's check-ups: make the clinic Hillside Clinic.").frame
+    assert "hospital" not in read_statement("We drove past Mercy Hospital on the way.").frame
+
+
+def test_a_recurring_value_said_again_replaces_its_old_value() -> None:
+    texts = [
+        ("1", "Next up is Omar's recital."),
+        ("1", "The accompanist is Ingrid."),
+        ("2", "The accompanist is now Tobias."),
+        ("3", "Ingrid also said she'd bring cake."),  # Ingrid and Tobias recur: values, not goals, where said so
+        ("3", "Tobias sends his regards."),
+    ]
+    assert _chains(texts, _recurring("omar", "ingrid", "tobias")) == {1: 2}
+
+
+def test_a_quoted_old_value_continues_its_goal_whatever_turns_came_before() -> None:
+    texts = [
+        ("1", "For the Brighton trip the ferry leaves at 9:15 am."),
+        ("1", "Separately, the Harlow Lodge booking is confirmed."),  # the turn in focus is about another goal
+        ("1", "Forget 9:15 am, it's 10:40 am now."),
+    ]
+    assert _chains(texts, _recurring("brighton", "harlow", "lodge")) == {0: 2}

@@ -114,8 +114,9 @@ def supersedes(
 
 
 def _stated(statement: Statement, recurring: Callable[[str], bool]) -> dict[str, frozenset[str]]:
-    """The values a turn states by kind, its names that do not recur among them (a recurring name is a goal's)."""
-    names = frozenset(n for n in statement.names if not any(recurring(w) for w in n.split()))
+    """The values a turn states by kind, its names said as values or that do not recur among them (another
+    recurring name is a goal's)."""
+    names = frozenset(n for n in statement.names if n in statement.said or not any(recurring(w) for w in n.split()))
     return {**statement.values, "name": names} if names else dict(statement.values)
 
 
@@ -293,6 +294,7 @@ def chains(
     order = sorted(goals)
     stated = {i: _stated(turns[i].statement, recurring) for i in order}  # type: ignore[arg-type]
     kinds = {i: frozenset(stated[i]) for i in order}
+    quoting = _quoting(turns, order, stated, recurring)
     same_goal: dict[tuple[frozenset[str], frozenset[str]], bool] = {}  # candidates share a few goals
     replaced: dict[int, int] = {}
     for a, i in enumerate(order):
@@ -309,9 +311,30 @@ def chains(
             new = turns[j].statement
             assert new is not None
             overlap = partial(same_frame, old.frame, new.frame)
-            if same_goal[key] and _replaces(new, stated[j], stated[i], overlap):
+            if (same_goal[key] or quoting.get(j) == i) and _replaces(new, stated[j], stated[i], overlap):
                 replaced[i] = j
     return follow(replaced)
+
+
+def _quoting(
+    turns: Sequence[Turn],
+    order: list[int],
+    stated: dict[int, dict[str, frozenset[str]]],
+    recurring: Callable[[str], bool],
+) -> dict[int, int]:
+    """Each candidate that names no goal of its own but quotes a value as the one it replaces ("Forget 5:45 pm,
+    it's 8:15 pm now.") -> the latest earlier candidate that stated that value: it continues that goal whatever
+    goal the turns just before it were about."""
+    out: dict[int, int] = {}
+    for b, j in enumerate(order):
+        later = turns[j].statement
+        if later is None or not later.replaced or later.anchors(recurring):
+            continue
+        for i in reversed(order[:b]):
+            if any(value in stated[i].get(kind, ()) for kind, value in later.replaced):
+                out[j] = i
+                break
+    return out
 
 
 def revised_near(

@@ -84,6 +84,24 @@ OLD_CUES = frozenset(
 )
 # Words of a question that asks about the past: the history is kept in the ranking for it.
 _UNIT_STOP = STOPWORDS | CHANGE_WORDS | {"am", "pm"}
+# A name in the place English gives a value, not a goal (`said_as_value`): the complement of a copula ("the
+# clinic is Westgate Clinic", "will be Taberna Marina", "it's Villa Sol now"), the object of a change ("moved to
+# Tomas", "going with Dario"), the complement of "make" ("make the lead Nico"); or a name followed by what it is
+# ("Nina — that's the wrapper", "Villa Norte as the hotel", "put Oskar down as the driver", "Hugo for the wrapper,
+# then", "Cantina do Largo, not Bistro Nova", "Villa Sol it is").
+_VALUE_BEFORE = re.compile(
+    r"(?:\b(?:is|are|was|were|be|been|become|becomes|became)|\b(?:it|that|this)['’]s)\s+(?:now\s+|still\s+)?$"
+    r"|\b(?:moved|move|moves|moving|changed|change|changes|changing|switched|switch|switching|went|going|go)"
+    r"\s+(?:it\s+|that\s+|over\s+)?to\s+$"
+    r"|\b(?:going|go|goes|went|sticking|stick|stay|staying)\s+with\s+$"
+    r"|\bmake\s+(?:it|(?:the|our|my|his|her|their)(?:\s+[a-z]+){1,4})\s+$",
+    re.I,
+)
+_VALUE_AFTER = re.compile(
+    r"\s*(?:—|–|--?)\s*that['’]?s\b|\s+(?:down\s+|in\s+)?as\s+(?:the|our|my|his|her|their)\b|\s+for\s+the\s+[a-z]+(?:\s+[a-z]+){0,4}"
+    r"\s*,\s*then\b|\s*,?\s+(?:not|instead\s+of)\s+|\s+instead\b|\s+it\s+is\b",
+    re.I,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,11 +119,12 @@ class Statement:
     opener: str = ""  # a capitalised word opening the turn: a name or a verb ("Put", "Book"); an anchor only alone
     revises: bool = False  # says a word of REVISE_WORDS: a value of it was replaced
     named: frozenset[tuple[str, str, str]] = frozenset()  # numbered nouns with the name beside them (`named_numbers`)
+    said: frozenset[str] = frozenset()  # names it says as values (`said_as_value`): a value even when it recurs
 
     def anchors(self, recurring: Callable[[str], bool], inside: frozenset[str] = frozenset()) -> frozenset[str]:
         """The goal anchors: its numbered nouns and the words of its recurring names; failing those, the word that
         opens it when that word recurs and is also said as a name inside a sentence (`inside`): "Nordic", not "Put"."""
-        words = {w for n in self.names for w in n.split() if recurring(w)}
+        words = {w for n in self.names - self.said for w in n.split() if recurring(w)}
         own = frozenset(f"{noun}#{n}" for noun, n in self.numbered) | words
         return own or (frozenset({self.opener}) if self.opener in inside and recurring(self.opener) else frozenset())
 
@@ -122,6 +141,28 @@ def _number(text: str) -> str:
 # "Day 1 in Porto", "the Day 2 hotel in Lisbon": a preposition after the numbered noun or after one word more
 _NAMED_AFTER = re.compile(r"(?:\s+[a-z]+)?\s+(?:in|of|at|for|from)\s+(?:the\s+)?([A-Z][\w'-]*)")
 _NAMED_BEFORE = re.compile(r"\b([A-Z][\w-]*)(?:'s)?\s+(?:the\s+)?$")  # "Porto day 1", "Lyon's second day"
+
+
+_MAKE = re.compile(r"\bmake\s+(?:the|our|my|his|her|their)(?:\s+[a-z]+){0,3}\s+$", re.I)
+
+
+def _measured(text: str, start: int, noun: str) -> bool:
+    """Whether a noun and the number after it are a quantity and its value, not a numbered thing ("Day 2"): the noun
+    is plural ("the number of sessions 6") or the two are the complement of "make" ("make the guest count 17")."""
+    plural = len(noun) > 3 and noun.endswith("s") and not noun.endswith(("ss", "us", "is"))
+    return plural or bool(_MAKE.search(text[max(0, start - 40) : start]))
+
+
+def said_as_value(text: str, start: int, end: int) -> bool:
+    """Whether the name at text[start:end] stands where a value stands (`_VALUE_BEFORE`, `_VALUE_AFTER`), not as a
+    goal: never in a question ("Is Carl coming?"), never a possessive ("Nina's housewarming")."""
+    if re.match(r"['’]s?\b", text[end : end + 3]):
+        return False
+    clause_end = re.search(r"[.!?;\n]|$", text[end:])
+    if clause_end and text[end + clause_end.start() : end + clause_end.start() + 1] == "?":
+        return False
+    before = re.sub(r"(?:[A-Z][\w'’-]*\s+){1,2}$", "", text[max(0, start - 60) : start])  # "is Old Mill Club"
+    return bool(_VALUE_BEFORE.search(before) or _VALUE_AFTER.match(text, end))
 
 
 def named_numbers(text: str) -> frozenset[tuple[str, str, str]]:
@@ -190,6 +231,8 @@ def read_statement(text: str) -> Statement:
             skip |= {m.group(1 if m.group(1) else 2).lower(), m.group(3).lower()}
     for m in _NUMBERED.finditer(masked):
         noun = m.group(1).lower()
+        if _measured(masked, m.start(), noun):
+            continue
         if noun not in _UNIT_STOP and not m.group(1).isdigit():
             numbered.add((_singular(noun), str(int(m.group(2)))))
             skip.add(noun)
@@ -204,31 +247,40 @@ def read_statement(text: str) -> Statement:
     found = candidate_names(text)
     first = _WORD.search(text.lower())
     names = set()
+    kept: list[str] = []  # the names as written
+    said: set[str] = set()
     opener = ""
     for name in found:
         form = normalise_name(name)
-        # a single capitalised word that opens the turn is as likely a verb ("Put", "Book"): left out
+        at = text.find(name)
+        # a single capitalised word that opens the turn is as likely a verb ("Put", "Book"): left out, unless
+        # what follows says it is a value ("Nina — that's the wrapper")
         if not form or (" " not in name and first is not None and text.lstrip().startswith(name)):
+            if form and form not in STOPWORDS and form not in CHANGE_WORDS and said_as_value(text, at, at + len(name)):
+                names.add(form)
+                kept.append(name)
+                said.add(form)
+                continue
             opener = "" if form in STOPWORDS or form in CHANGE_WORDS else form  # "Now 175 euros.": no name
             continue
         if form in skip or _singular(form) in {noun for noun, _ in numbered}:  # "Day" of "Day 2": a numbered noun
             continue
         names.add(form)
-        at = text.find(name)
+        kept.append(name)
         if at >= 0 and set(_WORD.findall(text[max(0, at - 24) : at].lower())[-2:]) & OLD_CUES:
             replaced.add(("name", form))
-    name_words = {w for n in names for w in n.split()}
+            said.add(form)
+        elif at >= 0 and said_as_value(text, at, at + len(name)):
+            said.add(form)
     words = {w for w in _WORD.findall(masked.lower())}
+    unnamed = masked  # the frame is what the turn says outside its names: "make the clinic Lakeside Clinic"
+    for name in sorted(kept, key=len, reverse=True):
+        unnamed = re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", " ", unnamed)
     months = {m.lower() for m in MONTHS} | set(WEEKDAYS)
     frame = frozenset(
         _singular(w)
-        for w in words
-        if len(w) > 2
-        and w not in STOPWORDS
-        and w not in CHANGE_WORDS
-        and w not in name_words
-        and w not in skip
-        and w not in months
+        for w in _WORD.findall(unnamed.lower())
+        if len(w) > 2 and w not in STOPWORDS and w not in CHANGE_WORDS and w not in skip and w not in months
     )
     return Statement(
         {k: frozenset(v) for k, v in values.items()},
@@ -240,6 +292,7 @@ def read_statement(text: str) -> Statement:
         opener,
         bool(words & REVISE_WORDS),
         named,
+        frozenset(said),
     )
 
 
@@ -288,6 +341,7 @@ def stored_reading(text: str, statement: Statement | None = None) -> dict[str, A
         "opener": statement.opener,
         "revises": statement.revises,
         "named": sorted(statement.named),
+        "said": sorted(statement.said),
     }
 
 
@@ -310,6 +364,7 @@ def recalled(text: str, stored: Any) -> Statement | None:
             str(stored["opener"]),
             bool(stored["revises"]),
             frozenset((str(noun), str(n), str(name)) for noun, n, name in stored["named"]),
+            frozenset(str(name) for name in stored["said"]),
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None  # a damaged record
