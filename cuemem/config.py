@@ -144,6 +144,11 @@ class Settings:
     # says a change word and states a new amount, time, date or count for the same goal and topic replaces the
     # earlier one (a name only with attribute words in common). 0 = off. Chosen on dev (docs/benchmarks/came.md).
     revise_near: int = 8
+    # The attribute in other words: two names for one goal and topic replace each other, where a change word says so,
+    # also when the attribute words their turns do not share are said with the same names over the candidates' turns
+    # (`revisions.value_profiles`: "the hotel" and "the place we're staying" with Villa Mar and Casa Rosa) at least
+    # this alike (cosine). 0 = off. Chosen on dev (docs/benchmarks/came.md, "Values said where a value stands").
+    revise_same_values: float = 0.3
     # The named goal first (issue 34): among the same candidates, a turn whose goal is another one than the goal the
     # question names (a look-alike: "Day 1 of the Porto trip" for "Day 2 of the Lyon trip", or "Day 1 in Porto" for
     # "Day 1 of the Lisbon trip") goes below the others, before the asked attribute and again with the revisions.
@@ -208,6 +213,8 @@ class Settings:
             raise CuememError("settings revise_depth >= 0, revise_recurring >= 1, revise_min_frame in [0, 1]")
         if self.revise_gap < 0:
             raise CuememError(f"setting revise_gap must be >= 0, got {self.revise_gap}")
+        if not 0 <= self.revise_same_values <= 1:
+            raise CuememError(f"setting revise_same_values must be in [0, 1] (0 = off), got {self.revise_same_values}")
         if self.revise_near < 0:
             raise CuememError(f"setting revise_near must be >= 0 (0 = off), got {self.revise_near}")
         for name in (

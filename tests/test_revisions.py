@@ -21,6 +21,7 @@ from cuemem.index.revisions import (
     other_goal,
     read_statement,
     revised_near,
+    value_profiles,
     word_roles,
 )
 from cuemem.index.statements import named_numbers
@@ -224,6 +225,7 @@ def test_settings_validate_the_revision_constants() -> None:
         {"revise_min_frame": 1.5},
         {"revise_recurring": 0},
         {"revise_near": -1},
+        {"revise_same_values": 1.5},
         {"revise_gap": -1},
     ):
         with pytest.raises(CuememError):
@@ -590,6 +592,7 @@ def test_a_name_where_a_value_stands_is_a_value_even_when_it_recurs(text: str, v
         "Is Ramona coming to the rehearsal?",  # a question states no value
         "We need new strings for Ingrid's cello.",  # a possessive is the goal
         "The spring concert Ingrid is organising needs a poster.",
+        "Oh no, Ramona! Sorry to hear that.",  # "no" before a name replaces nothing
     ],
 )
 def test_a_name_where_a_goal_stands_stays_an_anchor(text: str) -> None:
@@ -628,3 +631,39 @@ def test_a_quoted_old_value_continues_its_goal_whatever_turns_came_before() -> N
         ("1", "Forget 9:15 am, it's 10:40 am now."),
     ]
     assert _chains(texts, _recurring("brighton", "harlow", "lodge")) == {0: 2}
+
+
+def test_an_attribute_in_other_words_is_known_by_the_names_said_with_it() -> None:
+    texts = [
+        ("1", "For the Lisbon flat, the cleaner is Rosa."),
+        ("1", "For the Porto flat, the housekeeper is Rosa."),
+        ("1", "For the Porto flat, the plumber is Tiago."),
+        ("1", "For the Lisbon flat, the plumber is Bruno."),
+        ("2", "For the Faro flat, the cleaner is Ines."),
+        ("2", "Lisbon flat update: the housekeeper is now Ines."),
+    ]
+    recurring = _recurring("lisbon", "porto", "faro", "rosa", "ines")
+    turns = [Turn(text, session) for session, text in texts]
+    for turn in turns:
+        turn.statement = read_statement(turn.text)
+    roles = word_roles(turns, {}, recurring)
+    profiles = value_profiles(turns, roles.attribute, recurring)
+    assert profiles.likeness(frozenset({"cleaner"}), frozenset({"housekeeper"})) > 0.9
+    assert profiles.likeness(frozenset({"plumber"}), frozenset({"housekeeper"})) == 0.0
+    # the Lisbon cleaner is replaced by the housekeeper said in other words; the Lisbon plumber is not
+    assert _chains(texts, recurring) == {0: 5}
+    assert chains(turns, list(range(len(turns))), recurring, same_values_at=0) == {}  # off: no shared words
+
+
+def test_names_in_other_words_replace_each_other_only_where_said_as_values() -> None:
+    # the same flats as above, but no name stands where a value stands ("the cleaner Rosa came by"): a mention,
+    # as chat between people has them ("Thanks, Melanie!"), is no value set for an attribute
+    texts = [
+        ("1", "For the Lisbon flat, the cleaner Rosa came by."),
+        ("1", "For the Porto flat, the housekeeper Rosa came by."),
+        ("1", "For the Porto flat, the plumber Tiago came by."),
+        ("1", "For the Lisbon flat, the plumber Bruno came by."),
+        ("2", "For the Faro flat, the cleaner Ines came by."),
+        ("2", "Lisbon flat update: the housekeeper Ines came by."),
+    ]
+    assert _chains(texts, _recurring("lisbon", "porto", "faro")) == {}

@@ -80,6 +80,7 @@ RESULT_SETTINGS = (
     "revise_recurring",
     "revise_gap",
     "revise_near",
+    "revise_same_values",
     "goal_first",
     "attribute_weight",
     "attribute_depth",

@@ -139,7 +139,11 @@ def current_first(
     def recurring(name: str) -> bool:
         return table.recurs(name, settings.revise_recurring)
 
-    replaced = chains(turns, candidates, recurring, settings.revise_min_frame) if revisions else {}
+    replaced = (
+        chains(turns, candidates, recurring, settings.revise_min_frame, settings.revise_same_values)
+        if revisions
+        else {}
+    )
     # the near chains: among the candidates ranked first, the question has picked their goal and attribute
     if revisions and settings.revise_near > 0:
         near = revised_near(turns, candidates[: settings.revise_near], recurring)

@@ -3,13 +3,14 @@ same attribute of the same goal form a chain; the latest is current, the others 
 
 Model-free and language-light. Each turn is read into a statement (`statements.py`: its values, frame, names and
 numbered nouns). Its *anchors* are the goal it is about: numbered nouns such as "day 2" or "the second day", and the
-names that recur over the conversation. A turn that names no anchor inherits those of the nearest preceding turn of
-its session that does (the goal in focus, carried forward).
+names that recur over the conversation, unless said where a value stands ("the lead is Nico"). A turn that names no
+anchor inherits those of the nearest preceding turn of its session that does (the goal in focus, carried forward).
 
 A later turn supersedes an earlier one (`supersedes`) when their goals are compatible (they share an anchor and no
 numbered noun disagrees) and it states another value of a kind the earlier one states, either for the same attribute
 (frame overlap at least `min_frame`) or by quoting the earlier value beside a generic change word ("instead",
-"now", "not", "actually", ...). `chains` links each superseded turn to the current one of its chain.
+"now", "not", "actually", ...). `chains` links each superseded turn to the current one of its chain, and also takes
+a name for the same attribute in other words: attribute words said with the same names (`value_profiles`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 from .statements import CHANGE_WORDS, Statement, read_statement
 
@@ -29,6 +29,7 @@ FRAME_MEASURE = "union"  # "union" (weighted Jaccard) or "min" (containment); de
 ATTRIBUTE_SHARE = 0.75  # said with one kind of value this often: an attribute word (dev: 0.6-0.9 alike)
 TOPIC_SPREAD = 0.6  # a topic noun is said with at most this many goals per saying (dev: 0.4 alike, 0.8 worse)
 NEAR_FRAME = 0.5  # the near chains: two names' turns share this much of their attribute words (Jaccard)
+SAME_VALUES = 0.3  # two attribute words said with the same names (`value_profiles`, cosine): one attribute (dev)
 
 _PAST = re.compile(
     r"\b(before|originally|original|used\s+to|previous(?:ly)?|old|older|earlier|former(?:ly)?|initial(?:ly)?|"
@@ -236,6 +237,42 @@ def word_roles(turns: Sequence[Turn], goals: dict[int, frozenset[str]], recurrin
     return Roles(attribute, topic)
 
 
+@dataclass
+class Profiles:
+    """The names each attribute word is said with (`value_profiles`), and how alike two sets of words are by them."""
+
+    of: dict[str, Counter[str]]
+
+    def likeness(self, a: frozenset[str], b: frozenset[str]) -> float:
+        """The cosine of the names said with the words of `a` and those said with the words of `b` (0 when either
+        side was never said with a name)."""
+        left, right = Counter[str](), Counter[str]()
+        for words, into in ((a, left), (b, right)):
+            for word in sorted(words):
+                into.update(self.of.get(word, {}))
+        if not left or not right:
+            return 0.0
+        dot = math.fsum(n * right[w] for w, n in sorted(left.items()) if w in right)
+        norm = math.sqrt(math.fsum(n * n for n in left.values()) * math.fsum(n * n for n in right.values()))
+        return dot / norm
+
+
+def value_profiles(turns: Sequence[Turn], attribute: frozenset[str], recurring: Callable[[str], bool]) -> Profiles:
+    """Each attribute word -> the words of the names said as values with it over `turns`: the attribute in other
+    words shows by its values ("the hotel" and "the place we're staying" are said with Villa Mar, Casa Rosa and
+    Residencia Sol; "the dinner spot" with Bistro Nova and Tasca Marina)."""
+    profiles: dict[str, Counter[str]] = {}
+    for turn in turns:
+        assert turn.statement is not None
+        words = turn.statement.frame & attribute
+        if not words:
+            continue
+        said = [w for name in _stated(turn.statement, recurring).get("name", ()) for w in name.split()]
+        for word in words if said else ():
+            profiles.setdefault(word, Counter()).update(said)
+    return Profiles(profiles)
+
+
 def topics_in_focus(
     turns: Sequence[Turn], goals: dict[int, frozenset[str]], topic: frozenset[str]
 ) -> dict[int, frozenset[str]]:
@@ -261,10 +298,13 @@ def chains(
     candidates: Sequence[int],
     recurring: Callable[[str], bool],
     min_frame: float = MIN_FRAME,
+    same_values_at: float = SAME_VALUES,
 ) -> dict[int, int]:
     """For `turns` in conversation order and the indexes of the candidate turns among them: each superseded
     candidate -> the candidate that holds its current value (the latest of its chain). Turns that are not
-    candidates serve only as context: the goal in focus that an anchorless candidate inherits."""
+    candidates serve only as context: the goal in focus that an anchorless candidate inherits, and the names each
+    attribute word is said with: two names replace each other also when the words their frames do not share are
+    said with the same names (`Profiles.likeness` at least `same_values_at`; 0 = off)."""
     goals = goals_in_focus(turns, candidates, recurring)
     frequency: Counter[str] = Counter()
     for turn in turns:
@@ -295,6 +335,29 @@ def chains(
     stated = {i: _stated(turns[i].statement, recurring) for i in order}  # type: ignore[arg-type]
     kinds = {i: frozenset(stated[i]) for i in order}
     quoting = _quoting(turns, order, stated, recurring)
+    known: list[tuple[frozenset[str], Profiles, dict[int, frozenset[str]]]] = []  # read when first needed
+
+    def same_values(i: int, j: int) -> bool:
+        """The attribute in other words: each says a name where a value stands (`Statement.said`), `j` says a
+        value was replaced ("moved", "instead", "update"; "now" or "new" are said of values that stand), the two
+        are about no different topics (`topics_in_focus`) and the words their frames do not share are said with
+        the same names."""
+        earlier, later = turns[i].statement, turns[j].statement
+        if not 0 < same_values_at <= 1 or not earlier or not later or not later.revises:
+            return False
+        if not earlier.said or not later.said:  # each says a name where a value stands ("the lead is Nico")
+            return False
+        if not known:
+            every = goals_in_focus(turns, range(len(turns)), recurring)
+            roles = word_roles(turns, every, recurring)
+            topics = topics_in_focus(turns, every, roles.topic)
+            known.append((roles.attribute, value_profiles(turns, roles.attribute, recurring), topics))
+        attribute, profiles, topics = known[0]
+        if (topics[i] - topics[j]) and (topics[j] - topics[i]):
+            return False
+        a, b = earlier.frame, later.frame
+        return profiles.likeness((a - b) & attribute, (b - a) & attribute) >= same_values_at
+
     same_goal: dict[tuple[frozenset[str], frozenset[str]], bool] = {}  # candidates share a few goals
     replaced: dict[int, int] = {}
     for a, i in enumerate(order):
@@ -310,7 +373,11 @@ def chains(
                 same_goal[key] = compatible(*key)
             new = turns[j].statement
             assert new is not None
-            overlap = partial(same_frame, old.frame, new.frame)
+
+            def overlap(kind: str, i: int = i, j: int = j) -> bool:
+                frames = turns[i].statement.frame, turns[j].statement.frame  # type: ignore[union-attr]
+                return same_frame(*frames, kind) or (kind == "name" and same_values(i, j))
+
             if (same_goal[key] or quoting.get(j) == i) and _replaces(new, stated[j], stated[i], overlap):
                 replaced[i] = j
     return follow(replaced)
@@ -412,6 +479,7 @@ __all__ = [
     "CHANGE_WORDS",
     "MIN_FRAME",
     "RECURRING",
+    "Profiles",
     "Roles",
     "Statement",
     "Turn",
@@ -427,5 +495,6 @@ __all__ = [
     "revised_near",
     "supersedes",
     "topics_in_focus",
+    "value_profiles",
     "word_roles",
 ]

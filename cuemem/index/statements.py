@@ -143,6 +143,11 @@ _NAMED_AFTER = re.compile(r"(?:\s+[a-z]+)?\s+(?:in|of|at|for|from)\s+(?:the\s+)?
 _NAMED_BEFORE = re.compile(r"\b([A-Z][\w-]*)(?:'s)?\s+(?:the\s+)?$")  # "Porto day 1", "Lyon's second day"
 
 
+# A name right after one of these is a value, the one replaced ("scrap Paulo", "instead of Dario", "Tasca, not
+# Bistro Nova"); "no" ("Oh no, Jon!"), "from" or "than" before a name say nothing of it.
+_SAID_REPLACED = re.compile(
+    r"(?:\b(?:scrap|scratch|drop|forget|cancel|replace|replacing)|\binstead\s+of|,\s*not)\s+$", re.I
+)
 _MAKE = re.compile(r"\bmake\s+(?:the|our|my|his|her|their)(?:\s+[a-z]+){0,3}\s+$", re.I)
 
 
@@ -269,8 +274,7 @@ def read_statement(text: str) -> Statement:
         kept.append(name)
         if at >= 0 and set(_WORD.findall(text[max(0, at - 24) : at].lower())[-2:]) & OLD_CUES:
             replaced.add(("name", form))
-            said.add(form)
-        elif at >= 0 and said_as_value(text, at, at + len(name)):
+        if at >= 0 and (_SAID_REPLACED.search(text[max(0, at - 24) : at]) or said_as_value(text, at, at + len(name))):
             said.add(form)
     words = {w for w in _WORD.findall(masked.lower())}
     unnamed = masked  # the frame is what the turn says outside its names: "make the clinic Lakeside Clinic"
