@@ -435,3 +435,8 @@ def test_a_places_numbered_day_tagged_as_a_date_is_no_calendar_date():
     doc.ents = [Span(doc, 2, 5, label="DATE"), Span(doc, 6, 10, label="DATE")]
     assert not calendar_date(doc, doc[2])
     assert calendar_date(doc, doc[8])
+    holiday = Doc(
+        nlp.vocab, words=["On", "Christmas", "Eve", "2022", "."], pos=["ADP", "PROPN", "PROPN", "NUM", "PUNCT"]
+    )
+    holiday.ents = [Span(holiday, 1, 4, label="DATE")]
+    assert calendar_date(holiday, holiday[1])  # a holiday is a date

@@ -576,6 +576,8 @@ def test_a_replaced_value_goes_as_far_below_its_current_value_as_the_gap_says(ma
         ("Ingrid — that's the cellist for the spring concert.", "ingrid"),
         ("Put Oskar down as the driver.", "oskar"),
         ("The venue will be Old Mill Barn.", "mill barn"),
+        ("It's Villa Sol now.", "villa sol"),
+        ("Then Tomas left, and the lead is Tom.", "tom"),  # its own words, not inside another name
     ],
 )
 def test_a_name_where_a_value_stands_is_a_value_even_when_it_recurs(text: str, value: str) -> None:
@@ -593,6 +595,11 @@ def test_a_name_where_a_value_stands_is_a_value_even_when_it_recurs(text: str, v
         "We need new strings for Ingrid's cello.",  # a possessive is the goal
         "The spring concert Ingrid is organising needs a poster.",
         "Oh no, Ramona! Sorry to hear that.",  # "no" before a name replaces nothing
+        "We're going to Ingrid's place in May.",
+        "I went to Ramona for the weekend.",  # where one goes is a goal, not a value
+        "In Ramona it is always sunny.",
+        "I'll drop Ingrid at school.",
+        "Let's make the trip to Ramona next week.",
     ],
 )
 def test_a_name_where_a_goal_stands_stays_an_anchor(text: str) -> None:
@@ -605,12 +612,14 @@ def test_a_quantity_and_its_value_are_no_numbered_thing() -> None:
     assert not read_statement("Please make the head count 17.").numbered
     assert not read_statement("We booked sessions 6 and more.").numbered  # a plural noun: a quantity
     assert read_statement("Meet me at gate 12.").numbered == {("gate", "12")}
+    assert read_statement("Please make the day 2 tour longer.").numbered == {("day", "2")}  # "the day 2": a thing
 
 
 def test_the_frame_keeps_an_attribute_word_said_outside_a_name() -> None:
     # "clinic" is the attribute here though the new value's name also says it
     assert "clinic" in read_statement("Update for Lena's check-ups: make the clinic Hillside Clinic.").frame
     assert "hospital" not in read_statement("We drove past Mercy Hospital on the way.").frame
+    assert "villa" not in read_statement("We booked Villa  Sol for two nights.").frame  # any space between its words
 
 
 def test_a_recurring_value_said_again_replaces_its_old_value() -> None:
@@ -631,6 +640,14 @@ def test_a_quoted_old_value_continues_its_goal_whatever_turns_came_before() -> N
         ("1", "Forget 9:15 am, it's 10:40 am now."),
     ]
     assert _chains(texts, _recurring("brighton", "harlow", "lodge")) == {0: 2}
+    # a turn between them (a candidate or not) that stated the value may be the one quoted: no link past it
+    between = [
+        ("1", "For the Brighton trip the ferry leaves at 9:15 am."),
+        ("1", "For the Harlow Lodge the shuttle leaves at 9:15 am."),
+        ("1", "Forget 9:15 am, it's 10:40 am now."),
+    ]
+    turns = [Turn(text, session) for session, text in between]
+    assert chains(turns, [0, 2], _recurring("brighton", "harlow", "lodge")) == {}
 
 
 def test_an_attribute_in_other_words_is_known_by_the_names_said_with_it() -> None:

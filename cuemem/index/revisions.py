@@ -258,9 +258,10 @@ class Profiles:
 
 
 def value_profiles(turns: Sequence[Turn], attribute: frozenset[str], recurring: Callable[[str], bool]) -> Profiles:
-    """Each attribute word -> the words of the names said as values with it over `turns`: the attribute in other
-    words shows by its values ("the hotel" and "the place we're staying" are said with Villa Mar, Casa Rosa and
-    Residencia Sol; "the dinner spot" with Bistro Nova and Tasca Marina)."""
+    """Each attribute word -> the words of the names stated with it over `turns` (`_stated`: said as values, or
+    too rare to be a goal's): the attribute in other words shows by its values ("the hotel" and "the place we're
+    staying" are said with Villa Mar, Casa Rosa and Residencia Sol; "the dinner spot" with Bistro Nova and Tasca
+    Marina)."""
     profiles: dict[str, Counter[str]] = {}
     for turn in turns:
         assert turn.statement is not None
@@ -390,16 +391,23 @@ def _quoting(
     recurring: Callable[[str], bool],
 ) -> dict[int, int]:
     """Each candidate that names no goal of its own but quotes a value as the one it replaces ("Forget 5:45 pm,
-    it's 8:15 pm now.") -> the latest earlier candidate that stated that value: it continues that goal whatever
-    goal the turns just before it were about."""
+    it's 8:15 pm now.") -> the latest earlier candidate that stated that value, when no turn between them (a
+    candidate or not) stated it: it continues that goal whatever goal the turns just before it were about."""
+    inside = frozenset(w for turn in turns if turn.statement for n in turn.statement.names for w in n.split())
+
+    def states(k: int, quoted: frozenset[tuple[str, str]]) -> bool:
+        said = turns[k].statement
+        return said is not None and any(value in said.values.get(kind, ()) for kind, value in quoted)
+
     out: dict[int, int] = {}
     for b, j in enumerate(order):
         later = turns[j].statement
-        if later is None or not later.replaced or later.anchors(recurring):
+        if later is None or not later.replaced or later.anchors(recurring, inside):
             continue
         for i in reversed(order[:b]):
             if any(value in stated[i].get(kind, ()) for kind, value in later.replaced):
-                out[j] = i
+                if not any(states(k, later.replaced) for k in range(i + 1, j)):
+                    out[j] = i
                 break
     return out
 

@@ -91,17 +91,21 @@ _UNIT_STOP = STOPWORDS | CHANGE_WORDS | {"am", "pm"}
 # then", "Cantina do Largo, not Bistro Nova", "Villa Sol it is").
 _VALUE_BEFORE = re.compile(
     r"(?:\b(?:is|are|was|were|be|been|become|becomes|became)|\b(?:it|that|this)['’]s)\s+(?:now\s+|still\s+)?$"
-    r"|\b(?:moved|move|moves|moving|changed|change|changes|changing|switched|switch|switching|went|going|go)"
+    # a change's new value ("moved to Tomas"); not where one goes ("going to Lisbon": a trip, a goal)
+    r"|\b(?:moved|move|moves|moving|changed|change|changes|changing|switched|switch|switching)"
     r"\s+(?:it\s+|that\s+|over\s+)?to\s+$"
     r"|\b(?:going|go|goes|went|sticking|stick|stay|staying)\s+with\s+$"
-    r"|\bmake\s+(?:it|(?:the|our|my|his|her|their)(?:\s+[a-z]+){1,4})\s+$",
+    r"|\bmake\s+(?:it|(?:the|our|my|his|her|their)(?:\s+(?!(?:to|for|of|in|at|on|with|from)\b)[a-z]+){1,4})\s+$",
     re.I,
 )
 _VALUE_AFTER = re.compile(
-    r"\s*(?:—|–|--?)\s*that['’]?s\b|\s+(?:down\s+|in\s+)?as\s+(?:the|our|my|his|her|their)\b|\s+for\s+the\s+[a-z]+(?:\s+[a-z]+){0,4}"
-    r"\s*,\s*then\b|\s*,?\s+(?:not|instead\s+of)\s+|\s+instead\b|\s+it\s+is\b",
+    r"\s*(?:—|–|--?)\s*that['’]?s\b|\s+(?:down\s+|in\s+)?as\s+(?:the|our|my|his|her|their)\b"
+    r"|\s+for\s+the\s+[a-z]+(?:\s+[a-z]+){0,4}\s*,\s*then\b|\s*,?\s+(?:not|instead\s+of)\s+|\s+instead\b"
+    r"|\s+it\s+is\s*(?:[,.;!]|$)",  # "Villa Sol it is.", not "In Lisbon it is sunny"
     re.I,
 )
+_CLAUSE_END = re.compile(r"[.!?;\n]")
+_NAME_BEFORE = re.compile(r"(?:[A-Z][\w-]*\s+){1,2}$")  # "is Old Mill Club" read as "Mill Club"; not "It's"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +126,9 @@ class Statement:
     said: frozenset[str] = frozenset()  # names it says as values (`said_as_value`): a value even when it recurs
 
     def anchors(self, recurring: Callable[[str], bool], inside: frozenset[str] = frozenset()) -> frozenset[str]:
-        """The goal anchors: its numbered nouns and the words of its recurring names; failing those, the word that
-        opens it when that word recurs and is also said as a name inside a sentence (`inside`): "Nordic", not "Put"."""
+        """The goal anchors: its numbered nouns and the words of its recurring names not said as values (`said`);
+        failing those, the word that opens it when that word recurs and is also said as a name inside a sentence
+        (`inside`): "Nordic", not "Put"."""
         words = {w for n in self.names - self.said for w in n.split() if recurring(w)}
         own = frozenset(f"{noun}#{n}" for noun, n in self.numbered) | words
         return own or (frozenset({self.opener}) if self.opener in inside and recurring(self.opener) else frozenset())
@@ -144,11 +149,9 @@ _NAMED_BEFORE = re.compile(r"\b([A-Z][\w-]*)(?:'s)?\s+(?:the\s+)?$")  # "Porto d
 
 
 # A name right after one of these is a value, the one replaced ("scrap Paulo", "instead of Dario", "Tasca, not
-# Bistro Nova"); "no" ("Oh no, Jon!"), "from" or "than" before a name say nothing of it.
-_SAID_REPLACED = re.compile(
-    r"(?:\b(?:scrap|scratch|drop|forget|cancel|replace|replacing)|\binstead\s+of|,\s*not)\s+$", re.I
-)
-_MAKE = re.compile(r"\bmake\s+(?:the|our|my|his|her|their)(?:\s+[a-z]+){0,3}\s+$", re.I)
+# Bistro Nova"); "no" ("Oh no, Jon!"), "from", "than" or "drop" ("drop Nina at school") say nothing of it.
+_SAID_REPLACED = re.compile(r"(?:\b(?:scrap|scratch|forget|cancel|replace|replacing)|\binstead\s+of|,\s*not)\s+$", re.I)
+_MAKE = re.compile(r"\bmake\s+(?:the|our|my|his|her|their)(?:\s+[a-z]+){1,3}\s+$", re.I)
 
 
 def _measured(text: str, start: int, noun: str) -> bool:
@@ -163,11 +166,17 @@ def said_as_value(text: str, start: int, end: int) -> bool:
     goal: never in a question ("Is Carl coming?"), never a possessive ("Nina's housewarming")."""
     if re.match(r"['’]s?\b", text[end : end + 3]):
         return False
-    clause_end = re.search(r"[.!?;\n]|$", text[end:])
-    if clause_end and text[end + clause_end.start() : end + clause_end.start() + 1] == "?":
+    clause_end = _CLAUSE_END.search(text, end)
+    if clause_end and clause_end.group() == "?":
         return False
-    before = re.sub(r"(?:[A-Z][\w'’-]*\s+){1,2}$", "", text[max(0, start - 60) : start])  # "is Old Mill Club"
+    before = _NAME_BEFORE.sub("", text[max(0, start - 60) : start])
     return bool(_VALUE_BEFORE.search(before) or _VALUE_AFTER.match(text, end))
+
+
+def _occurrences(text: str, name: str) -> list[tuple[int, int]]:
+    """Where `name` is written in `text` as whole words (its words apart by any white space): (start, end) each."""
+    pattern = r"(?<!\w)" + r"\s+".join(re.escape(w) for w in name.split()) + r"(?!\w)"
+    return [m.span() for m in re.finditer(pattern, text)]
 
 
 def named_numbers(text: str) -> frozenset[tuple[str, str, str]]:
@@ -257,11 +266,14 @@ def read_statement(text: str) -> Statement:
     opener = ""
     for name in found:
         form = normalise_name(name)
-        at = text.find(name)
+        spans = _occurrences(text, name)
+        as_value = any(
+            _SAID_REPLACED.search(text[max(0, at - 24) : at]) or said_as_value(text, at, end) for at, end in spans
+        )
         # a single capitalised word that opens the turn is as likely a verb ("Put", "Book"): left out, unless
         # what follows says it is a value ("Nina — that's the wrapper")
         if not form or (" " not in name and first is not None and text.lstrip().startswith(name)):
-            if form and form not in STOPWORDS and form not in CHANGE_WORDS and said_as_value(text, at, at + len(name)):
+            if form and form not in STOPWORDS and form not in CHANGE_WORDS and as_value:
                 names.add(form)
                 kept.append(name)
                 said.add(form)
@@ -272,19 +284,30 @@ def read_statement(text: str) -> Statement:
             continue
         names.add(form)
         kept.append(name)
+        at = spans[0][0] if spans else -1
         if at >= 0 and set(_WORD.findall(text[max(0, at - 24) : at].lower())[-2:]) & OLD_CUES:
             replaced.add(("name", form))
-        if at >= 0 and (_SAID_REPLACED.search(text[max(0, at - 24) : at]) or said_as_value(text, at, at + len(name))):
+        if as_value:
             said.add(form)
     words = {w for w in _WORD.findall(masked.lower())}
     unnamed = masked  # the frame is what the turn says outside its names: "make the clinic Lakeside Clinic"
+    unfound: set[str] = set()  # the words of a name not found whole (part of it masked as a value): left out
     for name in sorted(kept, key=len, reverse=True):
-        unnamed = re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", " ", unnamed)
+        spans = _occurrences(unnamed, name)
+        if not spans:
+            unfound.update(_WORD.findall(name.lower()))
+        for start, end in reversed(spans):
+            unnamed = unnamed[:start] + " " * (end - start) + unnamed[end:]
     months = {m.lower() for m in MONTHS} | set(WEEKDAYS)
     frame = frozenset(
         _singular(w)
         for w in _WORD.findall(unnamed.lower())
-        if len(w) > 2 and w not in STOPWORDS and w not in CHANGE_WORDS and w not in skip and w not in months
+        if len(w) > 2
+        and w not in STOPWORDS
+        and w not in CHANGE_WORDS
+        and w not in skip
+        and w not in months
+        and w not in unfound
     )
     return Statement(
         {k: frozenset(v) for k, v in values.items()},

@@ -552,8 +552,18 @@ def replaced_values(doc: Any, stated: Sequence[str]) -> list[str]:
 
 def calendar_date(doc: Any, token: Any) -> bool:
     """Whether the DATE entity holding `token` is a date of the calendar, not a numbered thing of a place the
-    tagger took for one ("Porto day 1", "Lisbon day 2"): each name in it is a month's or a weekday's."""
-    return all(x.lower_ in MONTH_NAMES or x.lower_ in WEEKDAYS for x in _entity(doc, token) if x.pos_ == "PROPN")
+    tagger took for one ("Porto day 1", "Lisbon day 2"): no name in it other than a month's or a weekday's comes
+    right before a noun and its number ("Christmas Eve 2022" and "Mon 3 June" are dates)."""
+    entity = _entity(doc, token)
+    return not any(
+        x.pos_ == "PROPN"
+        and x.lower_ not in MONTH_NAMES
+        and x.lower_ not in WEEKDAYS
+        and k + 2 < len(entity)
+        and entity[k + 1].pos_ == "NOUN"
+        and entity[k + 2].like_num
+        for k, x in enumerate(entity)
+    )
 
 
 def _entity(doc: Any, token: Any) -> list[Any]:
