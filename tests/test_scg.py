@@ -471,6 +471,23 @@ def test_the_hops_paths_are_those_of_the_turns_it_reached() -> None:
             paths[missing]
 
 
+def test_a_goals_names_tell_it_from_a_look_alike_as_its_numbers_do() -> None:
+    """`GoalGraph.with_names`: a turn whose goal holds a name (or number) and none of the pivot's receives nothing
+    from it ("Paula's book club" from "Elias's book club"); a turn whose goal holds no name keeps its share."""
+    from cuemem.engines.hop import GoalGraph, second_hop
+
+    links = [(1, "elias book club"), (2, "elias book club"), (3, "paula book club"), (4, "book club")]
+    graph = GoalGraph.build(links)
+    plain = dict(second_hop(graph, {1: 1.0}, [], question_weight=0.0)[0])
+    assert plain[3] > 0  # by the words the two goals share
+    names = frozenset({"elias", "paula"})
+    named = graph.with_names(names)
+    assert graph.with_names(names) is named  # kept for the same names (a table's, until its next write)
+    reached = dict(second_hop(named, {1: 1.0}, [], question_weight=0.0)[0])
+    assert 3 not in reached and reached[2] > 0 and reached[4] > 0
+    assert graph.with_names(frozenset()) is graph
+
+
 def test_the_hops_answer_follows_the_pivot_the_question_states() -> None:
     """`with_mates`: a pivot stated by at most two turns and ranked among the first ten is followed by the turns
     the hop reached best from it; a pivot stated by many turns, one ranked lower, and the other turns keep their

@@ -9,17 +9,19 @@ bipartite layer of the associative graph (turns x goal words, weighted by IDF as
 
 At query time activation starts on the first ranking's top turns (the pivot candidates, weighted by rank) and on
 the question's own goal words; it spreads turn -> goal words -> turns, each turn receiving the IDF-weighted cosine
-of its goal with the pivot's. Numbers in a goal identify it ("day 1" is not "day 3"): a turn whose goal holds
-numbers none of which the pivot's holds receives nothing from that pivot. The goal's turns are then ordered by
-their similarity to the question (the asked attribute) times their activation, and this hop ranking is fused with
-the first by reciprocal rank. Each hop hit keeps its path: the pivot turn, the shared goal words, the activation.
+of its goal with the pivot's. Numbers and names in a goal identify it ("day 1" is not "day 3", "Paula's book club"
+is not "Elias's"; a name is a word of one the conversation says at least twice, `TurnTable.name_words`): a turn
+whose goal holds numbers or names none of which the pivot's holds receives nothing from that pivot. The goal's
+turns are then ordered by their similarity to the question (the asked attribute) times their activation, and this
+hop ranking is fused with the first by reciprocal rank. Each hop hit keeps its path: the pivot turn, the shared
+goal words, the activation.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,6 +45,7 @@ def goal_words(anchors: Sequence[str]) -> list[str]:
     return sorted(w for w in words if w not in STOPWORDS or w.isdigit())
 
 
+NAMES_IDENTIFY = True  # a goal's names tell it from a look-alike as its numbers do (dev: docs/benchmarks/came.md)
 MOST_REACHED = 40  # the most activated turns scored, in hop widths: each needs its vector read
 MAX_SAID = 2_000  # values remembered with the goal they were said for (the oldest forgotten first)
 
@@ -112,6 +115,24 @@ class GoalGraph:
     has_number: np.ndarray  # per turn: its goal holds a number
     idf: np.ndarray  # per word
     anchors: dict[int, list[str]] = field(default_factory=dict)  # turn item -> its goal's anchors (for the path)
+    present: sparse.csr_matrix | None = None  # turns x words, 1 where the turn's goal holds the word
+    _named: tuple[frozenset[str], GoalGraph] | None = field(default=None, repr=False)
+
+    def with_names(self, names: frozenset[str]) -> GoalGraph:
+        """The graph whose identifying words are its numbers and the words of `names` (the conversation's names:
+        "Paula's book club night" is not "Elias's"), kept for the same names."""
+        if not names or self.present is None:
+            return self
+        if self._named is not None and self._named[0] is names:
+            return self._named[1]
+        from scipy import sparse
+
+        mask = np.array([w.isdigit() or w in names for w in self.words], dtype=np.float64)
+        numbers = (self.present @ sparse.diags(mask)).tocsr()
+        numbers.eliminate_zeros()
+        named = replace(self, numbers=numbers, has_number=np.diff(numbers.indptr) > 0, _named=None)
+        self._named = (names, named)
+        return named
 
     @classmethod
     def build(cls, links: Sequence[tuple[int, str]]) -> GoalGraph:
@@ -141,7 +162,7 @@ class GoalGraph:
         numbers = (ones @ sparse.diags(digit)).tocsr()
         numbers.eliminate_zeros()
         has_number = np.diff(numbers.indptr) > 0
-        return cls(turns, row, words, index, weighted, numbers, has_number, idf, anchors)
+        return cls(turns, row, words, index, weighted, numbers, has_number, idf, anchors, ones.tocsr())
 
     def vector(self, words: Sequence[str]) -> sparse.csr_matrix:
         """A goal given by its words, as a row like the incidence's (IDF-weighted, normalised; unknown words
@@ -203,7 +224,7 @@ def second_hop(
     if question_weight > 0 and question_goal:
         vec = graph.vector(question_goal)
         if vec.nnz:
-            nums = {c for c in vec.indices.tolist() if graph.words[c].isdigit()}
+            nums = {c for c in vec.indices.tolist() if graph.numbers[:, c].nnz}
             starts.append((None, question_weight, vec, nums, [w for w in question_goal if w in graph.index]))
     for start, weight, vec, nums, words in starts:
         sim = graph.spread(vec, nums)
@@ -325,7 +346,8 @@ def hop_ranking(
         pivots[item] = pivots.get(item, 0.0) + 1.0 / (rank + 1)
     for item, weight in literal.items():
         pivots[item] = pivots.get(item, 0.0) + hop.literal * weight
-    reached, paths = second_hop(goals, pivots, goal_words(anchors), question_weight=hop.question)
+    graph = goals.with_names(turn_table(ctx, space).name_words) if NAMES_IDENTIFY else goals
+    reached, paths = second_hop(graph, pivots, goal_words(anchors), question_weight=hop.question)
     if not reached:
         return first, {}
     total = sum(a for _, a in reached)

@@ -182,6 +182,12 @@ class TurnTable:
         return len(self.by_form.get(form, ())) >= at_least
 
     @cached_property
+    def name_words(self) -> frozenset[str]:
+        """The words of the names said by or named in at least two items (normalised, lower-cased): what tells
+        one goal from its look-alike beside its numbers ("Paula's book club night", "Elias's")."""
+        return frozenset(w for form, items in self.by_form.items() if len(items) >= 2 for w in form.split())
+
+    @cached_property
     def _forms(self) -> dict[str, str]:
         return {}
 
