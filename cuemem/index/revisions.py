@@ -306,6 +306,7 @@ def chains(
     candidates serve only as context: the goal in focus that an anchorless candidate inherits, and the names each
     attribute word is said with: two names replace each other also when the words their frames do not share are
     said with the same names (`Profiles.likeness` at least `same_values_at`; 0 = off)."""
+    recurring = remembered(recurring)
     goals = goals_in_focus(turns, candidates, recurring)
     frequency: Counter[str] = Counter()
     for turn in turns:
@@ -426,6 +427,7 @@ def revised_near(
     it words the attribute ("the room rate" against "the price per night": one amount of its kind for a goal and
     topic). A name replaces a name only when the two turns share a word and their attribute words (`word_roles`)
     overlap by at least `name_frame` (Jaccard) or one of them says none ("hotel" against "restaurant" do not)."""
+    recurring = remembered(recurring)
     order = sorted(i for i in set(candidates) if 0 <= i < len(turns))
     said: dict[int, Statement] = {}
     for i in order:
@@ -469,6 +471,20 @@ def revised_near(
         if _replaces(said[j], stated[j], stated[i], same_attribute(i, j)):
             replaced[i] = j
     return follow(replaced)
+
+
+def remembered(recurring: Callable[[str], bool]) -> Callable[[str], bool]:
+    """`recurring` with each word's answer kept for one call of `chains`: the goals, the words' roles and the
+    stated values ask about the same few names thousands of times."""
+    seen: dict[str, bool] = {}
+
+    def test(word: str) -> bool:
+        found = seen.get(word)
+        if found is None:
+            found = seen[word] = recurring(word)
+        return found
+
+    return test
 
 
 def follow(replaced: dict[int, int]) -> dict[int, int]:
