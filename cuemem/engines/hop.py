@@ -45,7 +45,6 @@ def goal_words(anchors: Sequence[str]) -> list[str]:
     return sorted(w for w in words if w not in STOPWORDS or w.isdigit())
 
 
-NAMES_IDENTIFY = True  # a goal's names tell it from a look-alike as its numbers do (dev: docs/benchmarks/came.md)
 MOST_REACHED = 40  # the most activated turns scored, in hop widths: each needs its vector read
 MAX_SAID = 2_000  # values remembered with the goal they were said for (the oldest forgotten first)
 
@@ -346,7 +345,7 @@ def hop_ranking(
         pivots[item] = pivots.get(item, 0.0) + 1.0 / (rank + 1)
     for item, weight in literal.items():
         pivots[item] = pivots.get(item, 0.0) + hop.literal * weight
-    graph = goals.with_names(turn_table(ctx, space).name_words) if NAMES_IDENTIFY else goals
+    graph = goals.with_names(turn_table(ctx, space).name_words)  # names identify a goal as numbers do
     reached, paths = second_hop(graph, pivots, goal_words(anchors), question_weight=hop.question)
     if not reached:
         return first, {}
